@@ -1,0 +1,33 @@
+# Shared by scripts/flatmalloc, scripts/test and scripts/bench: package installs and the build.
+# Sourced, not run. Everything goes through Debian's packages; nothing is fetched otherwise.
+
+fm_top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+fm_build=${FLATMALLOC_BUILD_DIR:-$fm_top/build}
+
+# fm_need_packages PKG... : installs the Debian packages that are not installed yet.
+fm_need_packages() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "flatmalloc: missing Debian packages: ${missing[*]}" >&2
+    echo "flatmalloc: install them as root: apt-get install ${missing[*]}" >&2
+    return 1
+  fi
+  echo "flatmalloc: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+# fm_build_lib : configures (once) and builds; ninja does nothing when the library is current.
+fm_build_lib() {
+  fm_need_packages meson ninja-build gcc pkg-config || return 1
+  if [ ! -f "$fm_build/build.ninja" ]; then
+    meson setup "$fm_build" "$fm_top" >/dev/null || return 1
+  fi
+  ninja -C "$fm_build" >/dev/null || ninja -C "$fm_build"
+}

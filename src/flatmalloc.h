@@ -14,37 +14,38 @@ extern "C" {
 #endif
 
 #define FLATMALLOC_VERSION "0.1.0"
+#define FLATMALLOC_API __attribute__((visibility("default")))
 
-void *flatmalloc_malloc(size_t size);
-void flatmalloc_free(void *ptr);
-void *flatmalloc_calloc(size_t count, size_t size);
-void *flatmalloc_realloc(void *ptr, size_t size);
-void *flatmalloc_reallocarray(void *ptr, size_t count, size_t size);
-int flatmalloc_posix_memalign(void **memptr, size_t alignment, size_t size);
-void *flatmalloc_aligned_alloc(size_t alignment, size_t size);
-void *flatmalloc_memalign(size_t alignment, size_t size);
-void *flatmalloc_valloc(size_t size);
-void *flatmalloc_pvalloc(size_t size);
-size_t flatmalloc_malloc_usable_size(void *ptr);
-void flatmalloc_free_sized(void *ptr, size_t size);
-void flatmalloc_free_aligned_sized(void *ptr, size_t alignment, size_t size);
-int flatmalloc_malloc_trim(size_t pad);
-void flatmalloc_malloc_stats(void);
-struct mallinfo flatmalloc_mallinfo(void);
-struct mallinfo2 flatmalloc_mallinfo2(void);
-int flatmalloc_mallopt(int param, int value);
+FLATMALLOC_API void *flatmalloc_malloc(size_t size);
+FLATMALLOC_API void flatmalloc_free(void *ptr);
+FLATMALLOC_API void *flatmalloc_calloc(size_t count, size_t size);
+FLATMALLOC_API void *flatmalloc_realloc(void *ptr, size_t size);
+FLATMALLOC_API void *flatmalloc_reallocarray(void *ptr, size_t count, size_t size);
+FLATMALLOC_API int flatmalloc_posix_memalign(void **memptr, size_t alignment, size_t size);
+FLATMALLOC_API void *flatmalloc_aligned_alloc(size_t alignment, size_t size);
+FLATMALLOC_API void *flatmalloc_memalign(size_t alignment, size_t size);
+FLATMALLOC_API void *flatmalloc_valloc(size_t size);
+FLATMALLOC_API void *flatmalloc_pvalloc(size_t size);
+FLATMALLOC_API size_t flatmalloc_malloc_usable_size(void *ptr);
+FLATMALLOC_API void flatmalloc_free_sized(void *ptr, size_t size);
+FLATMALLOC_API void flatmalloc_free_aligned_sized(void *ptr, size_t alignment, size_t size);
+FLATMALLOC_API int flatmalloc_malloc_trim(size_t pad);
+FLATMALLOC_API void flatmalloc_malloc_stats(void);
+FLATMALLOC_API struct mallinfo flatmalloc_mallinfo(void);
+FLATMALLOC_API struct mallinfo2 flatmalloc_mallinfo2(void);
+FLATMALLOC_API int flatmalloc_mallopt(int param, int value);
 
 /* Human-readable statistics (the FLATMALLOC_STATS=1 report) on stderr. */
-void flatmalloc_stats_print(void);
+FLATMALLOC_API void flatmalloc_stats_print(void);
 /* The same figures as one JSON object, written into buf (NUL-terminated when size > 0).
  * Returns the length the whole text needs, without the NUL, as snprintf does. Allocates
  * nothing, so it is safe from any context. */
-size_t flatmalloc_stats_json(char *buf, size_t size);
+FLATMALLOC_API size_t flatmalloc_stats_json(char *buf, size_t size);
 /* Whole-heap validator: walks every shared store, thread cache and the large area and checks
  * that lists, counters and bitmaps agree. Returns 0 when consistent, or the number of faults
  * found (each described on stderr). O(heap): meant for tests and debugging. */
-int flatmalloc_heap_check(void);
-const char *flatmalloc_version(void);
+FLATMALLOC_API int flatmalloc_heap_check(void);
+FLATMALLOC_API const char *flatmalloc_version(void);
 
 #ifdef __cplusplus
 }

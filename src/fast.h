@@ -1,0 +1,38 @@
+/* The fast paths: malloc that hits the thread cache, free to the own thread's cache. Everything
+ * else (empty or full lists, large blocks, start-up, checking mode, memcheck, bad pointers)
+ * is one unlikely test away, in the noinline slow paths of api.c. */
+#ifndef FM_FAST_H
+#define FM_FAST_H
+#include "internal.h"
+
+static always_inline void *fm_alloc(size_t size) {
+  if (likely(size < fm_pool.small_lim)) {
+    struct fm_bin *b = &fm_tc->bin[fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN]];
+    void **p = b->head;
+    if (likely(p != NULL)) {
+      b->head = p[0];
+      b->count--;
+      p[1] = NULL;   /* clears the double-free key */
+      return p;
+    }
+  }
+  return fm_malloc_slow(size);
+}
+
+static always_inline void fm_free(void *ptr) {
+  uintptr_t off = (uintptr_t)ptr - fm_pool.small_base;
+  /* rotating the low 4 bits to the top folds "misaligned" into "outside the small area" */
+  if (likely(((off >> 4) | (off << 60)) < fm_pool.small_units)) {
+    void **p = ptr;
+    struct fm_bin *b = &fm_tc->bin[fm_pool.chunk_cls[off >> fm_pool.chunk_shift]];
+    if (likely(b->count < b->limit && p[1] != (void *)fm_pool.key)) {
+      p[0] = b->head;
+      p[1] = (void *)fm_pool.key;
+      b->head = p;
+      b->count++;
+      return;
+    }
+  }
+  fm_free_slow(ptr);
+}
+#endif

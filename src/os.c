@@ -1,0 +1,68 @@
+/* The only file that calls mmap, madvise, mincore and getrandom. */
+#include "os.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+void *os_reserve(size_t size, int prefault) {
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (prefault ? MAP_POPULATE : 0);
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, flags, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+void os_release(void *p, size_t size) {
+  int saved = errno;
+  madvise(p, size, MADV_DONTNEED);
+  errno = saved;
+}
+
+size_t os_resident(const void *p, size_t size) {
+  size_t page = os_page_size(), total = 0;
+  unsigned char vec[4096];
+  uintptr_t a = (uintptr_t)p & ~(page - 1), end = (uintptr_t)p + size;
+  while (a < end) {
+    size_t n = (end - a + page - 1) / page;
+    if (n > sizeof vec) n = sizeof vec;
+    if (mincore((void *)a, n * page, vec) != 0) break;
+    for (size_t i = 0; i < n; i++) total += (vec[i] & 1) * page;
+    a += n * page;
+  }
+  return total;
+}
+
+size_t os_page_size(void) {
+  static size_t page;
+  if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
+  return page;
+}
+
+uint64_t os_physical_memory(void) {
+  struct sysinfo si;
+  if (sysinfo(&si) != 0) return 1ull << 30;
+  return (uint64_t)si.totalram * si.mem_unit;
+}
+
+uint64_t os_random(void) {
+  uint64_t r = 0;
+  if (getrandom(&r, sizeof r, GRND_NONBLOCK) != sizeof r) r = (uint64_t)(uintptr_t)&r * 0x9e3779b97f4a7c15ull;
+  return r | 1;  /* never 0, never a plausible aligned pointer */
+}
+
+void os_write(int fd, const char *s, size_t n) {
+  int saved = errno;
+  while (n > 0) {
+    ssize_t w = write(fd, s, n);
+    if (w <= 0) {
+      if (w < 0 && errno == EINTR) continue;
+      break;
+    }
+    s += w;
+    n -= (size_t)w;
+  }
+  errno = saved;
+}
+
+int os_getpid(void) { return (int)getpid(); }

@@ -1,0 +1,21 @@
+/* The only door to the operating system. Nothing here allocates. */
+#ifndef FM_OS_H
+#define FM_OS_H
+#include <stddef.h>
+#include <stdint.h>
+#include "types.h"
+
+/* Reserves size bytes of zeroed, readable and writable address space, committed on first
+ * touch (or at once with prefault). Returns NULL when the kernel refuses. */
+hidden void *os_reserve(size_t size, int prefault);
+/* Gives the pages of [p, p+size) back; they read as zero afterwards. p and size are page
+ * multiples. Keeps errno. */
+hidden void os_release(void *p, size_t size);
+/* Bytes of [p, p+size) that are resident. */
+hidden size_t os_resident(const void *p, size_t size);
+hidden size_t os_page_size(void);
+hidden uint64_t os_physical_memory(void);
+hidden uint64_t os_random(void);
+hidden void os_write(int fd, const char *s, size_t n);
+hidden int os_getpid(void);
+#endif

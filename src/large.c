@@ -42,7 +42,7 @@ static struct {
   uint32_t sl_map[FL_COUNT];
   struct lblock *heads[FL_COUNT][SL_COUNT];
   size_t in_use, peak, free, dirty, blocks, retain;
-} L = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} L = {.lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP};
 
 /* ---- tiny accessors ---------------------------------------------------------------------- */
 static size_t bsize(const struct lblock *b) { return b->size & ~(size_t)L_FLAGS; }
@@ -319,7 +319,7 @@ void large_after_fork(void) {
     pthread_mutex_unlock(&L.lock);
     return;
   }
-  pthread_mutex_init(&L.lock, NULL);
+  L.lock = (pthread_mutex_t)PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
   L.top = L.quarantine = (L.top + FM_ALIGN - 1) & ~(uintptr_t)(FM_ALIGN - 1);
   if (L.dirty_end < L.top) L.dirty_end = L.top;
   L.fl_map = 0;

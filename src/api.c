@@ -18,6 +18,7 @@ static void *alloc_any(size_t size) {
 
 void *fm_malloc_slow(size_t size) {
   if (unlikely(!pool_ready()) && !pool_init()) return boot_alloc(size, 0);
+  if (fm_pool.checked) return check_malloc(size, 0);
   return alloc_any(size);
 }
 
@@ -48,6 +49,7 @@ static void small_verify(void *p, unsigned c) {
 
 void fm_free_slow(void *p) {
   if (!p) return;
+  if (fm_pool.checked) return check_free(p);
   if (in_small(p)) {
     unsigned c = small_class(p);
     small_verify(p, c);
@@ -77,6 +79,7 @@ void flatmalloc_free_aligned_sized(void *p, size_t alignment, size_t size) {
 
 size_t flatmalloc_malloc_usable_size(void *p) {
   if (!p) return 0;
+  if (fm_pool.checked) return check_usable(p);
   if (in_small(p)) return fm_pool.cls[small_class(p)].size;
   if (large_owns(p)) return large_usable(p);
   if (boot_owns(p)) return boot_usable(p);
@@ -99,6 +102,7 @@ void *flatmalloc_calloc(size_t count, size_t size) {
 static void *alloc_aligned(size_t align, size_t size) {
   if (align <= FM_ALIGN) return fm_alloc(size);
   if (unlikely(!pool_ready()) && !pool_init()) return boot_alloc(size, align);
+  if (fm_pool.checked) return check_malloc(size, align);
   if (size <= fm_pool.small_max && align <= ((size_t)1 << fm_pool.chunk_shift)) {
     for (unsigned c = class_of(size); c < fm_pool.nclass; c++)
       if (fm_pool.cls[c].size % align == 0) {
@@ -161,6 +165,7 @@ void *flatmalloc_realloc(void *p, size_t size) {
     fm_free(p);
     return NULL;
   }
+  if (fm_pool.checked) return check_realloc(p, size);
   size_t old = flatmalloc_malloc_usable_size(p);
   if (in_small(p)) {
     /* keep the block when the new size fits and would not waste more than half of it */

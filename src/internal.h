@@ -45,8 +45,13 @@ struct large_stats { size_t in_use, peak, free, top, blocks, committed_end; uint
 hidden void large_stats(struct large_stats *s);
 hidden int large_check(void);
 
-/* check.c: misuse reports */
+/* check.c: checking mode, memcheck, misuse reports */
 hidden cold __attribute__((noreturn)) void check_fault(const char *what, const void *p, int cls);
+hidden void *check_malloc(size_t size, size_t align);
+hidden void check_free(void *p);
+hidden void *check_realloc(void *p, size_t size);
+hidden size_t check_usable(void *p);
+hidden void check_pool_start(void);
 
 
 /* api.c slow paths, behind the inline fast paths of fast.h */

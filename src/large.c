@@ -231,8 +231,10 @@ bool large_owns(const void *p) { return (uintptr_t)p - L.base < L.end - L.base; 
 
 /* Always-on checks of a pointer handed to free or realloc. */
 static void large_verify(struct lblock *b, const void *p) {
-  if (((uintptr_t)p & (FM_ALIGN - 1)) || (uintptr_t)b < L.base || (uintptr_t)b >= L.top)
+  if (((uintptr_t)p & (FM_ALIGN - 1)) || (uintptr_t)b < L.base)
     check_fault("free of a pointer not allocated by flatmalloc", p, -1);
+  if ((uintptr_t)b >= L.top)   /* memory that was handed out and has come back: freed twice */
+    check_fault((uintptr_t)b < L.dirty_end ? "double free" : "free of a pointer not allocated by flatmalloc", p, -1);
   if (bfree(b)) check_fault("double free", p, -1);
   if (bsize(b) < L_MIN || (uintptr_t)bnext(b) > L.top) check_fault("free of an interior pointer", p, -1);
 }

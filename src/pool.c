@@ -10,9 +10,7 @@
 #include "internal.h"
 #include "os.h"
 
-#ifdef FM_VALGRIND
-#include <valgrind/valgrind.h>
-#endif
+#include "vg.h"
 
 extern char **environ;
 
@@ -110,6 +108,7 @@ static void pool_reserve(void) {
     }
   } else {
     uint64_t phys = os_physical_memory();
+    if (fm_pool.valgrind && phys > (4ull << 30)) phys = 4ull << 30;   /* memcheck's address space is smaller */
     size = phys > FM_POOL_MAX ? FM_POOL_MAX : (size_t)phys;
     for (; size >= (64u << 20); size /= 2)
       if ((mem = os_reserve(size, o->prefault))) break;
@@ -122,14 +121,14 @@ static void pool_reserve(void) {
 static void pool_start(void) {
   struct fm_pool *P = &fm_pool;
   options_read(&P->opt);
-#ifdef FM_VALGRIND
   P->valgrind = RUNNING_ON_VALGRIND != 0;
-#endif
+  P->checked = P->opt.check || P->valgrind;
   pool_reserve();
   tcache_setup();
   /* Check mode and memcheck send every call through the slow paths: the fast paths stay as
    * they are, with no extra test. */
-  if (!P->opt.check && !P->valgrind) {
+  check_pool_start();
+  if (!P->checked) {
     P->small_units = P->small_size / FM_ALIGN;
     P->small_lim = P->small_max + 1;
   }

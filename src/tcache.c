@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include "internal.h"
+#include "vg.h"
 
 /* Every thread starts on this empty cache: its lists are empty and its limits 0, so the first
  * malloc and the first free of a thread take the slow path, which gives it a slot. */
@@ -51,7 +52,9 @@ static void tcache_flush_all(struct fm_tcache *tc) {
 static void tcache_exit(void *v) {
   struct fm_tcache *tc = v;
   fm_tc = &fm_tc_empty;
+  VALGRIND_DISABLE_ERROR_REPORTING;   /* the lists' links live in no-access blocks */
   tcache_flush_all(tc);
+  VALGRIND_ENABLE_ERROR_REPORTING;
   atomic_store_explicit((_Atomic uint32_t *)&tc->live, 0, memory_order_relaxed);
   slot_push(tc);
 }

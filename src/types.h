@@ -126,7 +126,8 @@ struct fm_pool {
   size_t small_size;
   size_t small_max;          /* largest class size */
   unsigned nclass;
-  bool valgrind;             /* running under memcheck: every call takes the slow path */
+  bool valgrind;             /* running under memcheck */
+  bool checked;              /* checking mode or memcheck: every call takes the slow path */
   struct fm_tcache *slots;
   uint32_t slots_max;
   _Atomic uint32_t slots_used;

@@ -1,0 +1,18 @@
+/* Valgrind client requests, or nothing when built without Valgrind's headers. Outside
+ * Valgrind each request is a few instructions that do nothing; the default fast paths never
+ * reach one (memcheck mode sends every call through the slow paths). */
+#ifndef FM_VG_H
+#define FM_VG_H
+#ifdef FM_VALGRIND
+#include <valgrind/memcheck.h>
+#else
+#define RUNNING_ON_VALGRIND 0
+#define VALGRIND_MALLOCLIKE_BLOCK(a, s, r, z) ((void)0)
+#define VALGRIND_FREELIKE_BLOCK(a, r) ((void)0)
+#define VALGRIND_RESIZEINPLACE_BLOCK(a, o, n, r) ((void)0)
+#define VALGRIND_MAKE_MEM_NOACCESS(a, s) ((void)0)
+#define VALGRIND_MAKE_MEM_DEFINED(a, s) ((void)0)
+#define VALGRIND_DISABLE_ERROR_REPORTING ((void)0)
+#define VALGRIND_ENABLE_ERROR_REPORTING ((void)0)
+#endif
+#endif

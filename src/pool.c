@@ -121,7 +121,7 @@ static void pool_reserve(void) {
 static void pool_start(void) {
   struct fm_pool *P = &fm_pool;
   options_read(&P->opt);
-  P->valgrind = RUNNING_ON_VALGRIND != 0;
+  P->valgrind = vg_memcheck();
   P->checked = P->opt.check || P->valgrind;
   pool_reserve();
   tcache_setup();

@@ -8,7 +8,7 @@
 /* Every thread starts on this empty cache: its lists are empty and its limits 0, so the first
  * malloc and the first free of a thread take the slow path, which gives it a slot. */
 struct fm_tcache fm_tc_empty;
-__thread struct fm_tcache *fm_tc = &fm_tc_empty;
+__thread struct fm_tcache *fm_tc __attribute__((tls_model("initial-exec"))) = &fm_tc_empty;
 
 static pthread_key_t tcache_key;
 

@@ -137,7 +137,7 @@ struct fm_pool {
 };
 
 hidden extern struct fm_pool fm_pool;
-hidden extern __thread struct fm_tcache *fm_tc;
+hidden extern __thread struct fm_tcache *fm_tc __attribute__((tls_model("initial-exec")));
 hidden extern struct fm_tcache fm_tc_empty;
 
 #endif

@@ -92,6 +92,11 @@ void *flatmalloc_calloc(size_t count, size_t size) {
     errno = ENOMEM;
     return NULL;
   }
+  if (n > fm_pool.small_max && pool_ready() && !fm_pool.checked) {
+    void *p = large_calloc(n);
+    if (!p) errno = ENOMEM;
+    return p;
+  }
   void *p = fm_alloc(n);
   if (p) memset(p, 0, n);
   return p;
@@ -202,6 +207,11 @@ int flatmalloc_mallopt(int param, int value) {
   return 1;
 }
 
-int flatmalloc_heap_check(void) { return pool_ready() ? large_check() : 0; }
+int flatmalloc_heap_check(void) {
+  if (!pool_ready()) return 0;
+  int faults = large_check() + tcache_check();
+  for (unsigned c = 0; c < fm_pool.nclass; c++) faults += class_check(c);
+  return faults;
+}
 
 const char *flatmalloc_version(void) { return FLATMALLOC_VERSION; }

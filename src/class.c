@@ -86,3 +86,35 @@ uint64_t class_carved(unsigned c) {
   struct fm_class *k = &fm_pool.cls[c];
   return (atomic_load_explicit(&k->frontier, memory_order_relaxed) - k->start) / k->size;
 }
+
+/* Whole-store validator (threads quiet): every block on the store's batches lies in the
+ * class's carved part on a block boundary, each batch holds as many blocks as it says, and the
+ * total agrees with the counter. Walks are bounded by the counts, so a cycle is a fault, not a
+ * hang. */
+static bool block_ok(const struct fm_class *k, const void *p) {
+  uintptr_t a = (uintptr_t)p;
+  return a >= k->start && a < atomic_load_explicit(&k->frontier, memory_order_relaxed) && (a - k->start) % k->size == 0;
+}
+
+int class_check_list(unsigned c, void *head, uint64_t count) {
+  const struct fm_class *k = &fm_pool.cls[c];
+  void **p = head;
+  for (uint64_t i = 0; i < count; i++, p = p[0])
+    if (!p || !block_ok(k, p)) return 1;
+  return p != NULL;
+}
+
+int class_check(unsigned c) {
+  struct fm_class *k = &fm_pool.cls[c];
+  uint64_t total = 0, carved = class_carved(c);
+  int faults = 0;
+  for (uint64_t h = atomic_load(&k->store) & FM_IDX_MASK; h && total <= carved;) {
+    void *blk = class_index_to_ptr(h);
+    uint64_t w = *batch_word(blk), n = w >> FM_IDX_BITS;
+    if (!block_ok(k, blk) || class_check_list(c, blk, n)) return faults + 1;
+    total += n;
+    h = w & FM_IDX_MASK;
+  }
+  if (total != atomic_load(&k->stored)) faults++;
+  return faults;
+}

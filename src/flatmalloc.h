@@ -43,7 +43,7 @@ FLATMALLOC_API void flatmalloc_stats_print(void);
 FLATMALLOC_API size_t flatmalloc_stats_json(char *buf, size_t size);
 /* Whole-heap validator: walks every shared store, thread cache and the large area and checks
  * that lists, counters and bitmaps agree. Returns 0 when consistent, or the number of faults
- * found (each described on stderr). O(heap): meant for tests and debugging. */
+ * found. Call it while other threads are quiet. O(heap): meant for tests and debugging. */
 FLATMALLOC_API int flatmalloc_heap_check(void);
 FLATMALLOC_API const char *flatmalloc_version(void);
 

@@ -24,6 +24,8 @@ hidden void *class_index_to_ptr(uint64_t idx);
 hidden unsigned class_take(unsigned c, void **head);     /* a batch into head, returns its count */
 hidden void class_give(unsigned c, void *head, void *tail, unsigned count);
 hidden uint64_t class_carved(unsigned c);
+hidden int class_check(unsigned c);
+hidden int class_check_list(unsigned c, void *head, uint64_t count);
 
 /* tcache.c: thread caches */
 hidden void tcache_setup(void);
@@ -31,10 +33,12 @@ hidden void *tcache_alloc(unsigned c, bool borrow);
 hidden void tcache_free(void *p, unsigned c);
 hidden uint64_t tcache_cached(unsigned c);
 hidden void tcache_after_fork(void);
+hidden int tcache_check(void);
 
 /* large.c */
 hidden void large_setup(uintptr_t base, uintptr_t end, size_t retain);
 hidden void *large_alloc(size_t size, size_t align);
+hidden void *large_calloc(size_t size);
 hidden void large_free(void *p);
 hidden bool large_owns(const void *p);
 hidden size_t large_usable(const void *p);

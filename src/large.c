@@ -227,6 +227,20 @@ void *large_alloc(size_t size, size_t align) {
   return b ? buser(b) : NULL;
 }
 
+/* calloc of a large block: memory above the highest address ever handed out is still the
+ * kernel's zero pages, so only the part below it is cleared (a big sparse calloc stays sparse). */
+void *large_calloc(size_t size) {
+  pthread_mutex_lock(&L.lock);
+  uintptr_t untouched = L.dirty_end;
+  pthread_mutex_unlock(&L.lock);
+  uint8_t *p = large_alloc(size, 0);
+  if (!p) return NULL;
+  uintptr_t end = (uintptr_t)p + size;
+  size_t dirty = (uintptr_t)p >= untouched ? 0 : (end < untouched ? size : untouched - (uintptr_t)p);
+  memset(p, 0, dirty);
+  return p;
+}
+
 bool large_owns(const void *p) { return (uintptr_t)p - L.base < L.end - L.base; }
 
 /* Always-on checks of a pointer handed to free or realloc. */

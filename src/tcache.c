@@ -155,6 +155,16 @@ uint64_t tcache_cached(unsigned c) {
   return n;
 }
 
+/* Every live slot's lists are well formed and as long as their counts say. */
+int tcache_check(void) {
+  int faults = 0;
+  uint32_t used = atomic_load_explicit(&fm_pool.slots_used, memory_order_relaxed);
+  for (uint32_t i = 0; i < used; i++)
+    for (unsigned c = 0; c < fm_pool.nclass; c++)
+      faults += class_check_list(c, fm_pool.slots[i].bin[c].head, fm_pool.slots[i].bin[c].count);
+  return faults;
+}
+
 /* In a forked child only the forking thread exists: the other threads' slots, and the blocks
  * they cached, are left as they were (the child never reuses them; copy-on-write makes that
  * free). The stores are consistent at any instant, so nothing needs repair. */

@@ -29,14 +29,17 @@ static unsigned small_class(const void *p) {
 
 static bool in_small(const void *p) { return (uintptr_t)p - fm_pool.small_base < fm_pool.small_size; }
 
-/* Is p (carrying the free key) already in this thread's list? The list is at most twice a
- * batch long, so this is bounded; blocks in other threads' lists or the stores go unseen. */
-static bool small_double_free(void *p, unsigned c) {
-  struct fm_bin *b = &fm_tc->bin[c];
-  void **q = b->head;
-  for (uint32_t i = 0; q && i < b->count; i++, q = q[0])
+/* Is p (carrying the free key) already in this thread's cache? The cache holds at most two
+ * batches, so this is bounded; blocks in other threads' caches or the stores go unseen. */
+static bool list_has(void **q, uint32_t count, const void *p) {
+  for (uint32_t i = 0; q && i < count; i++, q = q[0])
     if (q == p) return true;
   return false;
+}
+
+static bool small_double_free(void *p, unsigned c) {
+  struct fm_bin *b = &fm_tc->bin[c];
+  return list_has(b->head, b->count, p) || list_has(b->spare, b->spare_count, p);
 }
 
 static void small_verify(void *p, unsigned c) {

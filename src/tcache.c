@@ -44,8 +44,8 @@ static void tcache_flush_all(struct fm_tcache *tc) {
   for (unsigned c = 0; c < fm_pool.nclass; c++) {
     struct fm_bin *b = &tc->bin[c];
     if (b->count) class_give(c, b->head, NULL, b->count);
-    b->head = NULL;
-    b->count = 0;
+    if (b->spare_count) class_give(c, b->spare, NULL, b->spare_count);
+    *b = (struct fm_bin){.limit = b->limit};
   }
 }
 
@@ -67,7 +67,7 @@ static struct fm_tcache *tcache_attach(void) {
   struct fm_tcache *tc = slot_pop();
   if (!tc) return NULL;
   for (unsigned c = 0; c < fm_pool.nclass; c++)
-    tc->bin[c] = (struct fm_bin){NULL, 0, fm_pool.small_units ? 2 * fm_pool.cls[c].batch : 0};
+    tc->bin[c] = (struct fm_bin){.limit = fm_pool.small_units ? fm_pool.cls[c].batch : 0};
   tc->live = 1;
   fm_tc = tc;
   pthread_setspecific(tcache_key, tc);
@@ -92,6 +92,12 @@ void *tcache_alloc(unsigned c, bool borrow) {
   if (last >= fm_pool.nclass) last = fm_pool.nclass - 1;
   for (unsigned k = c; k <= last; k++) {
     struct fm_bin *b = &tc->bin[k];
+    if (!b->head && b->spare) {
+      b->head = b->spare;
+      b->count = b->spare_count;
+      b->spare = NULL;
+      b->spare_count = 0;
+    }
     if (!b->head) {
       void *head;
       unsigned n = class_take(k, &head);
@@ -126,14 +132,11 @@ void tcache_free(void *p, unsigned c) {
   }
   struct fm_bin *b = &tc->bin[c];
   if (b->count >= b->limit && b->limit) {
-    unsigned n = fm_pool.cls[c].batch;
-    void **last = b->head;
-    for (unsigned i = 1; i < n; i++) last = last[0];
-    void *rest = last[0];
-    last[0] = NULL;
-    class_give(c, b->head, last, n);
-    b->head = rest;
-    b->count -= n;
+    if (b->spare_count) class_give(c, b->spare, NULL, b->spare_count);
+    b->spare = b->head;
+    b->spare_count = b->count;
+    b->head = NULL;
+    b->count = 0;
   }
   if (!b->limit) {   /* checking or memcheck mode: no caching */
     ((void **)p)[0] = NULL;
@@ -151,7 +154,10 @@ void tcache_free(void *p, unsigned c) {
 uint64_t tcache_cached(unsigned c) {
   uint64_t n = 0;
   uint32_t used = atomic_load_explicit(&fm_pool.slots_used, memory_order_relaxed);
-  for (uint32_t i = 0; i < used; i++) n += __atomic_load_n(&fm_pool.slots[i].bin[c].count, __ATOMIC_RELAXED);
+  for (uint32_t i = 0; i < used; i++) {
+    struct fm_bin *b = &fm_pool.slots[i].bin[c];
+    n += __atomic_load_n(&b->count, __ATOMIC_RELAXED) + __atomic_load_n(&b->spare_count, __ATOMIC_RELAXED);
+  }
   return n;
 }
 
@@ -160,8 +166,10 @@ int tcache_check(void) {
   int faults = 0;
   uint32_t used = atomic_load_explicit(&fm_pool.slots_used, memory_order_relaxed);
   for (uint32_t i = 0; i < used; i++)
-    for (unsigned c = 0; c < fm_pool.nclass; c++)
-      faults += class_check_list(c, fm_pool.slots[i].bin[c].head, fm_pool.slots[i].bin[c].count);
+    for (unsigned c = 0; c < fm_pool.nclass; c++) {
+      struct fm_bin *b = &fm_pool.slots[i].bin[c];
+      faults += class_check_list(c, b->head, b->count) + class_check_list(c, b->spare, b->spare_count);
+    }
   return faults;
 }
 

@@ -19,9 +19,8 @@
  * whole batch, and a fork at any instant leaves the child a consistent store.
  *
  * THREAD CACHE. Each thread owns a slot (struct fm_tcache) holding, per class, a free list and
- * its length. malloc pops and free pushes there with plain loads and stores. An empty list
- * takes one batch from the store; a list that reaches twice the batch size gives one batch
- * back. A free from any thread goes to the freeing thread's own cache: a block freed by another
+ * its length, plus one spare batch. malloc pops and free pushes there with plain loads and
+ * stores. Batches move between the cache and the store whole, in O(1) (struct fm_bin). A free from any thread goes to the freeing thread's own cache: a block freed by another
  * thread costs the same as a local one. A thread that exits hands its lists back to the stores.
  *
  * LARGE BLOCK. Requests above the largest class come from the large area: blocks with a
@@ -70,11 +69,17 @@ _Static_assert(FM_CLASS_MAX <= 255, "class ids fit in the byte-wide chunk table"
 _Static_assert(FM_BATCH_MAX < (1u << (64 - FM_IDX_BITS)) / 4, "a batch count fits beside an index");
 _Static_assert((FM_ALIGN & (FM_ALIGN - 1)) == 0, "alignment is a power of two");
 
-/* A thread's list of free blocks of one class. */
+/* A thread's free blocks of one class: the list malloc pops and free pushes, and one spare
+ * batch. When the list reaches a batch, free moves it whole to the spare place (the old spare
+ * goes to the store); when the list runs dry, malloc takes the spare back. Both moves are O(1):
+ * no list is ever walked. */
 struct fm_bin {
   void *head;
   uint32_t count;
   uint32_t limit;    /* free() pushes while count < limit; 0 sends every free to the slow path */
+  void *spare;
+  uint32_t spare_count;
+  uint32_t pad;
 };
 
 /* A thread cache slot. Slots live in the pool's meta area and are recycled through a lock-free

@@ -114,6 +114,7 @@ struct found {
   struct check_hdr *h;
   uint8_t *b;
   int cls;
+  size_t size;   /* the size the program asked for, read while memcheck looks away */
 };
 
 static enum verdict check_find(void *p, struct found *f) {
@@ -134,6 +135,7 @@ static enum verdict check_find(void *p, struct found *f) {
     return V_INTERIOR;
   }
   if (!live) return V_FREED;
+  f->size = h->size;
   uint8_t *user = p, *end = block_end(f->b, f->cls);
   if (h->size > (size_t)(end - user)) return V_INTERIOR;
   size_t n = canary_len(user, h->size, end);
@@ -186,7 +188,7 @@ size_t check_usable(void *p) {
   struct found f;
   if (boot_owns(p)) return boot_usable(p);
   if (!check_take(p, &f, false)) return 0;
-  return f.h->size;
+  return f.size;
 }
 
 void *check_realloc(void *p, size_t size) {
@@ -200,8 +202,10 @@ void *check_realloc(void *p, size_t size) {
     VALGRIND_FREELIKE_BLOCK(p, 0);
     return NULL;
   }
-  size_t old = f.h->size;
+  size_t old = f.size;
+  VALGRIND_DISABLE_ERROR_REPORTING;
   uint8_t *end = block_end(f.b, f.cls), *user = p;
+  VALGRIND_ENABLE_ERROR_REPORTING;
   if (size <= old && size + CANARY_MIN <= (size_t)(end - user)) {   /* shrink in place */
     VALGRIND_RESIZEINPLACE_BLOCK(p, old, size, 0);
     VALGRIND_DISABLE_ERROR_REPORTING;

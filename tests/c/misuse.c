@@ -1,0 +1,217 @@
+/* Misuse: each case runs in a forked child that commits one fault; the parent checks that the
+ * child died of SIGABRT after exactly one stderr line naming the fault, the pointer and the
+ * class. Run as `misuse check` under FLATMALLOC_CHECK=1 and as `misuse default` without it. */
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void *volatile sink;
+
+/* Reports the pointer the fault will name, on fd 3, before committing it. */
+static void *named(void *p) {
+  char buf[32];
+  int n = snprintf(buf, sizeof buf, "%p", p);
+  if (write(3, buf, (size_t)n) != n) _exit(90);
+  return p;
+}
+
+static void fill(void *p, size_t n) { memset(p, 0x5a, n); }
+
+/* ---- the faults -------------------------------------------------------------------------- */
+static void double_free_small(void) {
+  char *p = malloc(40);
+  fill(p, 40);
+  free(named(p));
+  free(p);
+}
+static void double_free_large(void) {
+  char *keep = malloc(300000), *p = malloc(300000), *after = malloc(300000);
+  free(named(p));
+  free(p);
+  sink = keep;
+  sink = after;
+}
+static void double_free_between(void) {
+  void *p = malloc(48), *a = malloc(48), *b = malloc(48), *c = malloc(48);
+  free(named(p));
+  free(a);
+  free(b);
+  free(c);
+  free(p);
+}
+static void free_stack(void) {
+  char buf[64];
+  sink = buf;
+  free(named(buf + 16));
+}
+static void free_mmap(void) {
+  void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  free(named(m));
+}
+static void free_interior_small(void) {
+  char *p = malloc(100);
+  free(named(p + 32));
+}
+static void free_interior_large(void) {
+  char *p = malloc(200000);
+  free(named(p + 4096));
+}
+static void free_misaligned(void) {
+  char *p = malloc(64);
+  free(named(p + 1));
+}
+static void overrun_1(void) {
+  char *p = malloc(40);
+  fill(p, 41);
+  free(named(p));
+}
+static void overrun_8(void) {
+  char *p = malloc(40);
+  fill(p, 48);
+  free(named(p));
+}
+static void overrun_large(void) {
+  char *p = malloc(100000);
+  fill(p, 100001);
+  free(named(p));
+}
+static void overrun_realloc(void) {
+  char *p = malloc(24);
+  fill(p, 25);
+  sink = realloc(named(p), 4000);
+}
+static void realloc_freed(void) {
+  char *p = malloc(40), *q = malloc(40);
+  free(p);
+  sink = q;
+  sink = realloc(named(p), 80);
+}
+
+struct fault {
+  const char *name;
+  void (*run)(void);
+  const char *message;   /* what the line says before ": pointer " */
+  const char *where;     /* what it says after the pointer */
+  int modes;             /* 1: checking mode, 2: default mode */
+};
+
+static const struct fault faults[] = {
+  {"double-free-small", double_free_small, "double free", "(class ", 3},
+  {"double-free-large", double_free_large, "double free", "(large area)", 3},
+  {"double-free-between", double_free_between, "double free", "(class ", 3},
+  {"free-stack", free_stack, "free of a pointer not allocated by flatmalloc", "(not in the pool)", 3},
+  {"free-mmap", free_mmap, "free of a pointer not allocated by flatmalloc", "(not in the pool)", 3},
+  {"free-interior-small", free_interior_small, "free of an interior pointer", "(class ", 1},
+  {"free-interior-large", free_interior_large, "free of an interior pointer", "(large area)", 1},
+  {"free-misaligned", free_misaligned, "free of a misaligned pointer", "(class ", 3},
+  {"overrun-1", overrun_1, "write past the end of a block", "(class ", 1},
+  {"overrun-8", overrun_8, "write past the end of a block", "(class ", 1},
+  {"overrun-large", overrun_large, "write past the end of a block", "(large area)", 1},
+  {"overrun-realloc", overrun_realloc, "write past the end of a block", "(class ", 1},
+  {"realloc-freed", realloc_freed, "realloc of a freed block", "(class ", 1},
+};
+
+static size_t slurp(int fd, char *buf, size_t size) {
+  size_t n = 0;
+  ssize_t r;
+  while (n + 1 < size && (r = read(fd, buf + n, size - 1 - n)) > 0) n += (size_t)r;
+  buf[n] = 0;
+  return n;
+}
+
+/* Runs f in a child; returns 0 when the child died as the fault demands. */
+static int expect_fault(const struct fault *f) {
+  int err[2], ptr[2];
+  if (pipe(err) || pipe(ptr)) return 1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(err[1], 2);
+    dup2(ptr[1], 3);
+    close(err[0]);
+    close(ptr[0]);
+    f->run();
+    _exit(0);   /* the fault went unnoticed */
+  }
+  close(err[1]);
+  close(ptr[1]);
+  char line[512], p[64];
+  slurp(err[0], line, sizeof line);
+  slurp(ptr[0], p, sizeof p);
+  close(err[0]);
+  close(ptr[0]);
+  int st;
+  waitpid(pid, &st, 0);
+  char want[256];
+  snprintf(want, sizeof want, "flatmalloc: %s: pointer %s %s", f->message, p, f->where);
+  const char *nl = strchr(line, '\n');
+  if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT) {
+    fprintf(stderr, "FAIL %s: child was not killed by SIGABRT (status %#x), stderr: %s\n", f->name, st, line);
+    return 1;
+  }
+  if (strncmp(line, want, strlen(want)) != 0 || !nl || nl[1] != 0) {
+    fprintf(stderr, "FAIL %s: stderr was\n  %s\nwanted one line starting\n  %s\n", f->name, line, want);
+    return 1;
+  }
+  if (strncmp(f->where, "(class ", 7) == 0 && !strstr(line, " bytes)")) {
+    fprintf(stderr, "FAIL %s: no class size in %s\n", f->name, line);
+    return 1;
+  }
+  printf("ok %s: %s", f->name, line);
+  return 0;
+}
+
+/* A correct program under the same mode exits 0 and says nothing. */
+static int expect_clean(void) {
+  int err[2];
+  if (pipe(err)) return 1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(err[1], 2);
+    void *v[1000];
+    for (int r = 0; r < 20; r++) {
+      for (int i = 0; i < 1000; i++) fill(v[i] = malloc((size_t)(i * 37 % 70000) + 1), (size_t)(i * 37 % 70000) + 1);
+      for (int i = 0; i < 1000; i += 2) v[i] = realloc(v[i], (size_t)i * 5 + 3);
+      for (int i = 0; i < 1000; i++) free(v[i]);
+    }
+    _exit(0);
+  }
+  close(err[1]);
+  char line[512];
+  size_t n = slurp(err[0], line, sizeof line);
+  int st;
+  waitpid(pid, &st, 0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || n) {
+    fprintf(stderr, "FAIL clean program: status %#x, stderr: %s\n", st, line);
+    return 1;
+  }
+  printf("ok clean program: exit 0, no message\n");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2 || (strcmp(argv[1], "check") && strcmp(argv[1], "default"))) {
+    fprintf(stderr, "usage: misuse check|default\n");
+    return 2;
+  }
+  if (!dlsym(RTLD_DEFAULT, "flatmalloc_version")) {
+    fprintf(stderr, "FAIL: not running under flatmalloc\n");
+    return 1;
+  }
+  const char *env = getenv("FLATMALLOC_CHECK");
+  int mode = strcmp(argv[1], "check") == 0 ? 1 : 2;
+  if ((mode == 1) != (env && strcmp(env, "1") == 0)) {
+    fprintf(stderr, "FAIL: mode %s but FLATMALLOC_CHECK=%s\n", argv[1], env ? env : "(unset)");
+    return 1;
+  }
+  int failed = expect_clean();
+  for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
+    if (faults[i].modes & mode) failed += expect_fault(&faults[i]);
+  printf("%d failed\n", failed);
+  return failed != 0;
+}

@@ -137,15 +137,8 @@ int flatmalloc_posix_memalign(void **memptr, size_t alignment, size_t size) {
   return 0;
 }
 
-void *flatmalloc_aligned_alloc(size_t alignment, size_t size) {
-  if (!pow2(alignment)) {
-    errno = EINVAL;
-    return NULL;
-  }
-  return alloc_aligned(alignment, size);
-}
-
-/* glibc's memalign: an alignment that is not a power of two is rounded up to one. */
+/* glibc's memalign (and aligned_alloc before glibc 2.38): an alignment that is not a power of
+ * two is rounded up to one; one above SIZE_MAX / 2 + 1 is EINVAL. */
 void *flatmalloc_memalign(size_t alignment, size_t size) {
   if (alignment > SIZE_MAX / 2 + 1) {
     errno = EINVAL;
@@ -154,6 +147,8 @@ void *flatmalloc_memalign(size_t alignment, size_t size) {
   if (!pow2(alignment)) alignment = alignment < 2 ? 1 : (size_t)1 << (64 - __builtin_clzll(alignment));
   return alloc_aligned(alignment, size);
 }
+
+void *flatmalloc_aligned_alloc(size_t alignment, size_t size) { return flatmalloc_memalign(alignment, size); }
 
 void *flatmalloc_valloc(size_t size) { return alloc_aligned(os_page_size(), size); }
 

@@ -58,6 +58,9 @@ hidden size_t check_usable(void *p);
 hidden void check_pool_start(void);
 
 
+/* stats.c */
+hidden void stats_setup(void);
+
 /* api.c slow paths, behind the inline fast paths of fast.h */
 hidden noinline void *fm_malloc_slow(size_t size);
 hidden noinline void fm_free_slow(void *p);

@@ -125,10 +125,19 @@ static void release_pages(uintptr_t from, uintptr_t to) {
   if (to > from) os_release((void *)from, to - from);
 }
 
+/* Gives back the pages above top; the rest of top's own page keeps its bytes. */
+static void release_top(void) {
+  size_t page = os_page_size();
+  uintptr_t from = (L.top + page - 1) & ~(uintptr_t)(page - 1);
+  uintptr_t to = (L.dirty_end + page - 1) & ~(uintptr_t)(page - 1);   /* nothing lives above top */
+  if (to <= from) return;
+  os_release((void *)from, to - from);
+  L.dirty_end = from;
+}
+
 static void retain_budget(struct lblock *just_freed) {
   if (L.dirty + (L.dirty_end - L.top) <= L.retain) return;
-  release_pages(L.top, L.dirty_end);
-  L.dirty_end = L.top;
+  release_top();
   if (just_freed && L.dirty > L.retain && !(just_freed->size & L_CLEAN)) {
     release_pages((uintptr_t)just_freed + sizeof(struct lblock), (uintptr_t)bnext(just_freed));
     L.dirty -= bsize(just_freed);
@@ -202,12 +211,15 @@ void large_setup(uintptr_t base, uintptr_t end, size_t retain) {
   L.retain = retain;
 }
 
-void *large_alloc(size_t size, size_t align) {
+/* A block for size bytes aligned to align; with untouched, also the address above which the
+ * area had never been handed out before this call (its pages still read as zero). */
+static void *alloc(size_t size, size_t align, uintptr_t *untouched) {
   if (size > L.end - L.base || align > L.end - L.base) return NULL;
   size_t need = (size + L_HDR + FM_ALIGN - 1) & ~(size_t)(FM_ALIGN - 1);
   if (need < L_MIN) need = L_MIN;
   size_t slack = align > FM_ALIGN ? align + L_MIN : 0;
   pthread_mutex_lock(&L.lock);
+  if (untouched) *untouched = L.dirty_end;
   struct lblock *b = take(need + slack);
   if (b && slack) {
     /* move the start up to the alignment; the gap before becomes a free block of its own */
@@ -227,17 +239,16 @@ void *large_alloc(size_t size, size_t align) {
   return b ? buser(b) : NULL;
 }
 
+void *large_alloc(size_t size, size_t align) { return alloc(size, align, NULL); }
+
 /* calloc of a large block: memory above the highest address ever handed out is still the
  * kernel's zero pages, so only the part below it is cleared (a big sparse calloc stays sparse). */
 void *large_calloc(size_t size) {
-  pthread_mutex_lock(&L.lock);
-  uintptr_t untouched = L.dirty_end;
-  pthread_mutex_unlock(&L.lock);
-  uint8_t *p = large_alloc(size, 0);
+  uintptr_t untouched;
+  uint8_t *p = alloc(size, 0, &untouched);
   if (!p) return NULL;
   uintptr_t end = (uintptr_t)p + size;
-  size_t dirty = (uintptr_t)p >= untouched ? 0 : (end < untouched ? size : untouched - (uintptr_t)p);
-  memset(p, 0, dirty);
+  memset(p, 0, (uintptr_t)p >= untouched ? 0 : (end < untouched ? size : untouched - (uintptr_t)p));
   return p;
 }
 
@@ -307,11 +318,9 @@ out:
 int large_trim(void) {
   int released = 0;
   pthread_mutex_lock(&L.lock);
-  if (L.dirty_end > L.top) {
-    release_pages(L.top, L.dirty_end);
-    L.dirty_end = L.top;
-    released = 1;
-  }
+  uintptr_t dirty_end = L.dirty_end;
+  release_top();
+  released = L.dirty_end != dirty_end;
   for (unsigned fl = 0; fl < FL_COUNT; fl++)
     for (unsigned sl = 0; sl < SL_COUNT; sl++)
       for (struct lblock *b = L.heads[fl][sl]; b; b = b->next)

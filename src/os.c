@@ -2,6 +2,7 @@
 #include "os.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/sysinfo.h>
@@ -66,3 +67,10 @@ void os_write(int fd, const char *s, size_t n) {
 }
 
 int os_getpid(void) { return (int)getpid(); }
+
+int os_dup_high(int fd) {
+  int saved = errno, d = fcntl(fd, F_DUPFD_CLOEXEC, 512);
+  if (d < 0) d = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  errno = saved;
+  return d < 0 ? fd : d;
+}

@@ -18,4 +18,6 @@ hidden uint64_t os_physical_memory(void);
 hidden uint64_t os_random(void);
 hidden void os_write(int fd, const char *s, size_t n);
 hidden int os_getpid(void);
+/* A close-on-exec copy of fd, numbered high out of the program's way; fd itself on failure. */
+hidden int os_dup_high(int fd);
 #endif

@@ -39,9 +39,17 @@ static void line_start(struct fmt *f, int pid) {
   fmt_str(f, "]: ");
 }
 
+/* The report goes to a copy of stderr taken at start-up: coreutils and others close fd 2
+ * before the exit report runs. */
+static int stats_fd = 2;
+
+void stats_setup(void) {
+  if (fm_pool.opt.stats) stats_fd = os_dup_high(2);
+}
+
 static void line_flush(struct fmt *f) {
   fmt_mem(f, "\n", 1);
-  os_write(2, f->buf, f->len < f->size ? f->len : f->size - 1);
+  os_write(stats_fd, f->buf, f->len < f->size ? f->len : f->size - 1);
   f->len = 0;
 }
 

@@ -26,8 +26,9 @@ fm_need_packages() {
 # fm_build_lib : configures (once) and builds; ninja does nothing when the library is current.
 fm_build_lib() {
   fm_need_packages meson ninja-build gcc pkg-config || return 1
+  local out
   if [ ! -f "$fm_build/build.ninja" ]; then
-    meson setup "$fm_build" "$fm_top" >/dev/null || return 1
+    out=$(meson setup "$fm_build" "$fm_top" 2>&1) || { echo "$out" >&2; return 1; }
   fi
-  ninja -C "$fm_build" >/dev/null || ninja -C "$fm_build"
+  out=$(ninja -C "$fm_build" 2>&1) || { echo "$out" >&2; return 1; }
 }

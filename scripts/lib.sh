@@ -2,7 +2,7 @@
 # Sourced, not run. Everything goes through Debian's packages; nothing is fetched otherwise.
 
 fm_top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-fm_build=${FLATMALLOC_BUILD_DIR:-$fm_top/build}
+fm_build=${FM_BUILD_DIR:-$fm_top/build}   # not FLATMALLOC_*: the library rejects names it does not know
 
 # fm_need_packages PKG... : installs the Debian packages that are not installed yet.
 fm_need_packages() {

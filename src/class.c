@@ -1,6 +1,7 @@
 /* Size classes: the size -> class table, each class's region, and its shared store (a
  * lock-free stack of batches, see types.h). */
 #include "internal.h"
+#include "os.h"
 
 /* ---- block index <-> address: 40-bit indexes let one 64-bit word hold index and tag ----- */
 static uint64_t ptr_to_index(const void *p) { return ((uintptr_t)p - fm_pool.base) / FM_ALIGN; }
@@ -26,12 +27,28 @@ size_t class_setup(const struct fm_options *o, uintptr_t start, size_t small_siz
     k->batch = batch;
     k->start = at;
     k->end = at + region / size * size;
+    k->region_end = at + region;
     atomic_store(&k->frontier, at);
+    atomic_store(&k->committed, fm_pool.lazy_commit ? at : k->region_end);
     for (size_t i = 0; i < region >> chunk_shift; i++) chunk_cls[((at - start) >> chunk_shift) + i] = (uint8_t)c;
     for (; units * FM_ALIGN <= size; units++) cls_of[units] = (uint8_t)c;
     at += region;
   }
   return at - start;   /* what rounding left over goes to the large area */
+}
+
+/* Makes the region accessible up to at least `to` (strict overcommit only; a chunk at a time,
+ * so a region costs one mprotect per chunk it grows by). */
+static bool class_commit(struct fm_class *k, uintptr_t to) {
+  uintptr_t c = atomic_load_explicit(&k->committed, memory_order_acquire);
+  size_t chunk = (size_t)1 << fm_pool.chunk_shift;
+  while (c < to) {
+    uintptr_t want = (to + chunk - 1) & ~(uintptr_t)(chunk - 1);
+    if (want > k->region_end) want = k->region_end;
+    if (!os_commit((void *)c, want - c)) return false;   /* another thread may overlap: harmless */
+    if (atomic_compare_exchange_weak(&k->committed, &c, want)) break;
+  }
+  return true;
 }
 
 /* Pops one batch from the store, or cuts one from the frontier. Returns its block count (0:
@@ -58,6 +75,7 @@ unsigned class_take(unsigned c, void **head) {
     n = (unsigned)((k->end - f) / k->size);
     if (n > k->batch) n = k->batch;
     nf = f + (uintptr_t)n * k->size;
+    if (!class_commit(k, nf)) return 0;
   } while (!atomic_compare_exchange_weak_explicit(&k->frontier, &f, nf, memory_order_relaxed, memory_order_relaxed));
   char *b = (char *)f;
   for (unsigned i = 0; i + 1 < n; i++, b += k->size) *(void **)b = b + k->size;

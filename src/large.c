@@ -37,6 +37,7 @@ static struct {
   pthread_mutex_t lock;
   uintptr_t base, top, end;
   uintptr_t dirty_end;          /* [top, dirty_end) holds pages touched before */
+  uintptr_t committed;          /* end of the accessible part (strict overcommit) */
   uintptr_t quarantine;         /* blocks below this belong to a parent process (see fork) */
   uint64_t fl_map;
   uint32_t sl_map[FL_COUNT];
@@ -181,6 +182,16 @@ static void split(struct lblock *b, size_t size) {
   release(r);
 }
 
+/* Makes the area accessible up to `to`, 1 MiB at a time (strict overcommit only). */
+static bool commit_to(uintptr_t to) {
+  if (to <= L.committed) return true;
+  uintptr_t want = (to + (1u << 20) - 1) & ~(uintptr_t)((1u << 20) - 1);
+  if (want > L.end) want = L.end;
+  if (!os_commit((void *)L.committed, want - L.committed)) return false;
+  L.committed = want;
+  return true;
+}
+
 /* A block of exactly `size` bytes or a little more, in use; NULL when the area is full. */
 static struct lblock *take(size_t size) {
   struct lblock *b = list_find(size);
@@ -190,7 +201,7 @@ static struct lblock *take(size_t size) {
     split(b, size);
     return b;
   }
-  if (L.end - L.top < size) return NULL;
+  if (L.end - L.top < size || !commit_to(L.top + size)) return NULL;
   b = (struct lblock *)L.top;
   L.top += size;
   if (L.dirty_end < L.top) L.dirty_end = L.top;
@@ -208,6 +219,7 @@ static void account(struct lblock *b, long sign) {
 void large_setup(uintptr_t base, uintptr_t end, size_t retain) {
   L.base = L.top = L.dirty_end = L.quarantine = base;
   L.end = end;
+  L.committed = fm_pool.lazy_commit ? base : end;
   L.retain = retain;
 }
 
@@ -295,7 +307,7 @@ bool large_resize(void *p, size_t size) {
     split(b, need);
     ok = true;
   } else if (blast(b)) {
-    if (L.end - (uintptr_t)b >= need) {
+    if (L.end - (uintptr_t)b >= need && commit_to((uintptr_t)b + need)) {
       L.top = (uintptr_t)b + need;
       if (L.dirty_end < L.top) L.dirty_end = L.top;
       b->size = need | (b->size & L_FLAGS);

@@ -8,10 +8,26 @@
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
-void *os_reserve(size_t size, int prefault) {
+void *os_reserve(size_t size, int prefault, int commit) {
   int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (prefault ? MAP_POPULATE : 0);
-  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, flags, -1, 0);
+  void *p = mmap(NULL, size, commit ? PROT_READ | PROT_WRITE : PROT_NONE, flags, -1, 0);
   return p == MAP_FAILED ? NULL : p;
+}
+
+bool os_commit(void *p, size_t size) {
+  int saved = errno;
+  bool ok = mprotect(p, size, PROT_READ | PROT_WRITE) == 0;
+  errno = saved;
+  return ok;
+}
+
+bool os_overcommit_strict(void) {
+  char c = 0;
+  int fd = open("/proc/sys/vm/overcommit_memory", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = read(fd, &c, 1);
+  close(fd);
+  return n == 1 && c == '2';
 }
 
 void os_release(void *p, size_t size) {

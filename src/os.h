@@ -2,12 +2,20 @@
 #ifndef FM_OS_H
 #define FM_OS_H
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include "types.h"
 
-/* Reserves size bytes of zeroed, readable and writable address space, committed on first
- * touch (or at once with prefault). Returns NULL when the kernel refuses. */
-hidden void *os_reserve(size_t size, int prefault);
+/* Reserves size bytes of zeroed address space, readable and writable and committed on first
+ * touch (or at once with prefault) when commit is set, else inaccessible until os_commit.
+ * Returns NULL when the kernel refuses. */
+hidden void *os_reserve(size_t size, int prefault, int commit);
+/* Makes [p, p+size) readable and writable (page multiples); false when the kernel's commit
+ * limit refuses. Keeps errno. */
+hidden bool os_commit(void *p, size_t size);
+/* vm.overcommit_memory is 2: every writable private page counts against the commit limit,
+ * MAP_NORESERVE or not, and again in each forked child. */
+hidden bool os_overcommit_strict(void);
 /* Gives the pages of [p, p+size) back; they read as zero afterwards. p and size are page
  * multiples. Keeps errno. */
 hidden void os_release(void *p, size_t size);

@@ -65,6 +65,9 @@ static void pool_layout(void *mem, size_t size) {
   size_t meta = align_up(slot_off + slots * sizeof(struct fm_tcache), chunk);
 
   uintptr_t base = (uintptr_t)mem;
+  if (P->lazy_commit && !os_commit(mem, meta < size ? meta : size))
+    options_fail("FLATMALLOC_POOL", o->pool_text ? o->pool_text : "(default)",
+                 "the commit limit (vm.overcommit_memory=2) refused the pool's tables");
   size_t rest = (size & ~(chunk - 1)) - (meta < size ? meta : size);
   if (meta >= size) rest = 0;
   size_t large = (size_t)((unsigned __int128)rest * o->large_pct / 100) & ~(chunk - 1);
@@ -101,12 +104,13 @@ static void pool_layout(void *mem, size_t size) {
  * boundary stays unused; it is never touched, so it costs nothing. */
 #define POOL_ALIGN (2u << 20)
 static void *pool_map(size_t size, bool prefault) {
-  uintptr_t mem = (uintptr_t)os_reserve(size + POOL_ALIGN, prefault);
+  uintptr_t mem = (uintptr_t)os_reserve(size + POOL_ALIGN, prefault, !fm_pool.lazy_commit);
   return mem ? (void *)((mem + POOL_ALIGN - 1) & ~(uintptr_t)(POOL_ALIGN - 1)) : NULL;
 }
 
 static void pool_reserve(void) {
   struct fm_options *o = &fm_pool.opt;
+  fm_pool.lazy_commit = !o->prefault && os_overcommit_strict();
   void *mem = NULL;
   size_t size = o->pool;
   if (size) {

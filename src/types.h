@@ -96,8 +96,10 @@ struct fm_class {
   uint32_t size;
   uint32_t batch;
   uintptr_t start, end;
+  uintptr_t region_end;                          /* start of the next region */
   cacheline_aligned _Atomic uint64_t store;      /* tagged head of the batch stack */
   cacheline_aligned _Atomic uintptr_t frontier;  /* next never-used address in the region */
+  _Atomic uintptr_t committed;                   /* end of the accessible part (strict overcommit) */
   cacheline_aligned _Atomic uint64_t stored;     /* blocks in the store */
   _Atomic uint64_t peak;                         /* most blocks outside the store at once */
   _Atomic uint64_t borrows;                      /* batches lent to a smaller full class */
@@ -133,6 +135,7 @@ struct fm_pool {
   unsigned nclass;
   bool valgrind;             /* running under memcheck */
   bool checked;              /* checking mode or memcheck: every call takes the slow path */
+  bool lazy_commit;          /* strict overcommit: regions become accessible as they are used */
   struct fm_tcache *slots;
   uint32_t slots_max;
   _Atomic uint32_t slots_used;

@@ -87,10 +87,9 @@ unsigned class_take(unsigned c, void **head) {
   return n;
 }
 
-/* Pushes a NULL-terminated list of count blocks, head..tail, as one batch. */
-void class_give(unsigned c, void *head, void *tail, unsigned count) {
+/* Pushes a NULL-terminated list of count blocks as one batch. */
+void class_give(unsigned c, void *head, unsigned count) {
   struct fm_class *k = &fm_pool.cls[c];
-  (void)tail;
   atomic_fetch_add_explicit(&k->stored, count, memory_order_relaxed);
   uint64_t h = atomic_load_explicit(&k->store, memory_order_relaxed);
   uint64_t idx = ptr_to_index(head);

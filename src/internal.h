@@ -22,7 +22,7 @@ hidden size_t class_setup(const struct fm_options *o, uintptr_t start, size_t sm
 hidden unsigned class_of(size_t size);
 hidden void *class_index_to_ptr(uint64_t idx);
 hidden unsigned class_take(unsigned c, void **head);     /* a batch into head, returns its count */
-hidden void class_give(unsigned c, void *head, void *tail, unsigned count);
+hidden void class_give(unsigned c, void *head, unsigned count);
 hidden uint64_t class_carved(unsigned c);
 hidden int class_check(unsigned c);
 hidden int class_check_list(unsigned c, void *head, uint64_t count);

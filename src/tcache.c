@@ -43,8 +43,8 @@ static void slot_push(struct fm_tcache *s) {
 static void tcache_flush_all(struct fm_tcache *tc) {
   for (unsigned c = 0; c < fm_pool.nclass; c++) {
     struct fm_bin *b = &tc->bin[c];
-    if (b->count) class_give(c, b->head, NULL, b->count);
-    if (b->spare_count) class_give(c, b->spare, NULL, b->spare_count);
+    if (b->count) class_give(c, b->head, b->count);
+    if (b->spare_count) class_give(c, b->spare, b->spare_count);
     *b = (struct fm_bin){.limit = b->limit};
   }
 }
@@ -107,7 +107,7 @@ void *tcache_alloc(unsigned c, bool borrow) {
       }
       if (tc == &fm_tc_empty) {   /* no slot: keep one block, return the rest */
         void *rest = *(void **)head;
-        if (rest) class_give(k, rest, NULL, n - 1);
+        if (rest) class_give(k, rest, n - 1);
         ((void **)head)[1] = NULL;
         return head;
       }
@@ -125,23 +125,19 @@ void *tcache_alloc(unsigned c, bool borrow) {
 /* free() of a block of class c whose list is full (or the thread has no slot yet). */
 void tcache_free(void *p, unsigned c) {
   struct fm_tcache *tc = fm_tc;
-  if (tc == &fm_tc_empty && !(tc = tcache_attach())) {
+  if (tc == &fm_tc_empty) tc = tcache_attach();
+  struct fm_bin *b = tc ? &tc->bin[c] : NULL;
+  if (!b || !b->limit) {   /* no slot, or checking or memcheck mode: no caching */
     ((void **)p)[0] = NULL;
-    class_give(c, p, p, 1);
+    class_give(c, p, 1);
     return;
   }
-  struct fm_bin *b = &tc->bin[c];
-  if (b->count >= b->limit && b->limit) {
-    if (b->spare_count) class_give(c, b->spare, NULL, b->spare_count);
+  if (b->count >= b->limit) {
+    if (b->spare_count) class_give(c, b->spare, b->spare_count);
     b->spare = b->head;
     b->spare_count = b->count;
     b->head = NULL;
     b->count = 0;
-  }
-  if (!b->limit) {   /* checking or memcheck mode: no caching */
-    ((void **)p)[0] = NULL;
-    class_give(c, p, p, 1);
-    return;
   }
   ((void **)p)[0] = b->head;
   ((void **)p)[1] = (void *)fm_pool.key;

@@ -116,9 +116,13 @@ static struct lblock *list_find(size_t size) {
 }
 
 /* ---- giving pages back ------------------------------------------------------------------- */
-/* Free memory that still holds pages may reach `retain` bytes; past that the untouched space
- * above top, then the block just freed, give their pages back. A program that frees and
- * reallocates the same big buffer keeps its pages and pays no fault per page. */
+/* Free memory that still holds pages may reach max(retain, a quarter of the bytes in use); past
+ * that the space above top, then a freed block of at least L_RELEASE_MIN bytes, give their pages
+ * back. Smaller free blocks keep theirs: they sit between live blocks and are reused soon, and
+ * giving them back would cost a syscall per free and a fault per page on reuse. A program that
+ * frees and reallocates the same big buffer keeps its pages too. */
+#define L_RELEASE_MIN (1u << 20)
+
 static void release_pages(uintptr_t from, uintptr_t to) {
   size_t page = os_page_size();
   from = (from + page - 1) & ~(page - 1);
@@ -137,9 +141,10 @@ static void release_top(void) {
 }
 
 static void retain_budget(struct lblock *just_freed) {
-  if (L.dirty + (L.dirty_end - L.top) <= L.retain) return;
+  size_t budget = L.retain > L.in_use / 4 ? L.retain : L.in_use / 4;
+  if (L.dirty + (L.dirty_end - L.top) <= budget) return;
   release_top();
-  if (just_freed && L.dirty > L.retain && !(just_freed->size & L_CLEAN)) {
+  if (just_freed && L.dirty > budget && bsize(just_freed) >= L_RELEASE_MIN && !(just_freed->size & L_CLEAN)) {
     release_pages((uintptr_t)just_freed + sizeof(struct lblock), (uintptr_t)bnext(just_freed));
     L.dirty -= bsize(just_freed);
     just_freed->size |= L_CLEAN;
@@ -327,15 +332,20 @@ out:
   return ok;
 }
 
+/* malloc_trim: the space above top, then up to TRIM_MAX free blocks of at least L_RELEASE_MIN
+ * bytes, largest first. Bounded, because programs (stress-ng among them) call it often. */
+#define TRIM_MAX 64u
+
 int large_trim(void) {
-  int released = 0;
   pthread_mutex_lock(&L.lock);
   uintptr_t dirty_end = L.dirty_end;
   release_top();
-  released = L.dirty_end != dirty_end;
-  for (unsigned fl = 0; fl < FL_COUNT; fl++)
-    for (unsigned sl = 0; sl < SL_COUNT; sl++)
-      for (struct lblock *b = L.heads[fl][sl]; b; b = b->next)
+  int released = L.dirty_end != dirty_end;
+  unsigned seen = 0, fl_min, sl;
+  mapping(L_RELEASE_MIN, &fl_min, &sl);
+  for (unsigned fl = FL_COUNT; fl-- > fl_min && seen < TRIM_MAX;)
+    for (uint32_t sm = L.sl_map[fl]; sm && seen < TRIM_MAX; sm &= sm - 1)
+      for (struct lblock *b = L.heads[fl][__builtin_ctz(sm)]; b && seen < TRIM_MAX; b = b->next, seen++)
         if (!(b->size & L_CLEAN)) {
           release_pages((uintptr_t)b + sizeof *b, (uintptr_t)bnext(b));
           L.dirty -= bsize(b);

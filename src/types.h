@@ -53,7 +53,7 @@
 #define FM_BATCH_BYTES (32u << 10)   /* a batch holds about this many bytes ... */
 #define FM_BATCH_MIN 4u              /* ... but never fewer blocks than this */
 #define FM_BATCH_MAX 64u             /* ... nor more than this */
-#define FM_BORROW_STEPS 4u           /* a full class tries this many larger classes */
+#define FM_BORROW_STEPS 8u           /* a full class tries this many larger classes (two doublings) */
 #define FM_BOOT_BYTES (256u << 10)   /* bootstrap buffer for calls made before the pool exists */
 #define FM_RETAIN_DEFAULT (64ull << 20)
 

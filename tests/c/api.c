@@ -257,7 +257,7 @@ static void realloc_chain(const size_t *chain, int n, uint64_t tag, const char *
 
 static void test_realloc_contents(void)
 {
-    /* 32768 is the largest default small class: beyond it blocks come from the large area. */
+    /* 65536 is the largest default small class: beyond it blocks come from the large area. */
     static const size_t chain[] = {
         1, 7, 16, 17, 100, 128, 129, 1000, 1024, 4096, 5000, 20000, 32768, /* small -> small */
         32769, 100000, 1 * MiB, 8 * MiB, 8 * MiB + 1, 12 * MiB,            /* -> large, large -> large */

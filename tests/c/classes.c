@@ -15,12 +15,12 @@
 static size_t classes[MAX_CLASSES];
 static int nclasses;
 
-/* 16..128 in steps of 16, then four classes per doubling up to 32 KiB. */
+/* 16..128 in steps of 16, then four classes per doubling up to 64 KiB. */
 static void default_classes(void)
 {
     for (size_t s = 16; s <= 128; s += 16)
         classes[nclasses++] = s;
-    for (size_t base = 128; base < 32768; base *= 2)
+    for (size_t base = 128; base < 65536; base *= 2)
         for (int k = 1; k <= 4; k++)
             classes[nclasses++] = base + k * (base / 4);
 }
@@ -85,12 +85,12 @@ int main(int argc, char **argv)
         how = argv[2];
     } else {
         default_classes();
-        CHECK(nclasses == 8 + 4 * 8 && classes[nclasses - 1] == 32768, "default class list miscomputed");
+        CHECK(nclasses == 8 + 4 * 9 && classes[nclasses - 1] == 65536, "default class list miscomputed");
     }
     const char *env = getenv("FLATMALLOC_CLASSES");
     printf("classes: %d classes expected (%s), FLATMALLOC_CLASSES=%s\n", nclasses, how, env ? env : "(unset)");
 
-    /* Every size from 0 to 32 KiB (all small sizes for the default list). */
+    /* Every size from 0 to 64 KiB (all small sizes for the default list). */
     size_t top = classes[nclasses - 1] > 32768 ? classes[nclasses - 1] : 32768;
     for (size_t n = 0; n <= top; n++)
         check_one(n, how);

@@ -107,8 +107,8 @@ static void one_size(size_t size)
     CHECK(!fmt_flatmalloc || first * usable <= POOL, "%s: %zu blocks of %zu usable bytes exceed the 64 MiB pool", pass, first, usable);
     const char *chk = getenv("FLATMALLOC_CHECK");
     if (!fmt_flatmalloc || (chk && strcmp(chk, "1") == 0)) {
-        /* glibc has one heap; in checking mode the header moves a 32 KiB request to the large area */
-    } else if (size <= 32768) { /* small classes are a separate share of the pool: large requests still work */
+        /* glibc has one heap; in checking mode the header moves a 64 KiB request to the large area */
+    } else if (size <= 65536) { /* small classes are a separate share of the pool: large requests still work */
         void *l = malloc(MiB);
         CHECK(l != NULL, "malloc(1 MiB) failed while only the %zu-byte class was exhausted", size);
         memset(l, 1, MiB);

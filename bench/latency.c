@@ -398,8 +398,11 @@ static void run_churn(size_t ops, size_t live, size_t window, uint32_t *all, uin
   for (size_t i = 0; i < live; i++) { /* fill (not timed) */
     size_t sz = churn_size(0);
     slot[i] = malloc(sz);
-    if (!slot[i])
-      die("malloc");
+    if (!slot[i]) {
+      fprintf(stderr, "latency: churn fill: malloc(%zu) for block %zu of %zu failed: %s\n", sz, i,
+              live, strerror(errno));
+      exit(1);
+    }
     touch(slot[i], sz);
   }
   for (size_t s = 0; s < steps; s++) {
@@ -414,8 +417,11 @@ static void run_churn(size_t ops, size_t live, size_t window, uint32_t *all, uin
     void *p = malloc(sz);
     uint64_t t3 = t_stop();
     ESCAPE(p);
-    if (!p)
-      die("malloc");
+    if (!p) {
+      fprintf(stderr, "latency: churn step %zu of %zu: malloc(%zu) failed: %s\n", s, steps, sz,
+              strerror(errno));
+      exit(1);
+    }
     touch(p, sz);
     slot[i] = p;
     all[2 * s] = sample(t0, t1);

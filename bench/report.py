@@ -188,6 +188,7 @@ TITLES = {
     "failures": "failures: runs that exited non-zero or timed out (count)",
 }
 SKIP = {"timer", "churn_window", "pairs"}
+SPEED = re.compile(r"(tps|seconds|per_s|_ms$|_ns$|_s$|time)")
 OWN = SKIP | {"micro", "latency_hot", "latency_churn", "latency_mt", "stress_ng", "peak_rss",
               "callgrind", "failures"}
 
@@ -232,9 +233,12 @@ def targets(allocs, med, ref, out):
     def get(w, m, a):
         return med.get((w, m), {}).get(a)
 
-    def check(name, ok, detail):
-        if ok is None:
-            lines.append(f"  [ n/a ] {name}: {detail}")
+    def check(name, ok, detail, ratio=None):
+        """ratio: REF/other where 1 is the line; within 3 % of it the two are even (noise)."""
+        if ratio is not None and abs(ratio - 1) <= 0.03:
+            lines.append(f"  [EVEN] {name}: {detail}")
+        elif ok is None:
+            lines.append(f"  [ ?? ] {name}: {detail}")
         else:
             lines.append(f"  [{'PASS' if ok else 'MISS'}] {name}: {detail}")
 
@@ -249,16 +253,25 @@ def targets(allocs, med, ref, out):
                     worst = (r, s, f, m)
         if worst:
             check("malloc+free pair 16-4096 B <= mimalloc", worst[0] <= 1.0,
-                  f"worst size {worst[1]} B: {worst[2]:.2f} ns vs {worst[3]:.2f} ns (x{worst[0]:.2f})")
-    # 2. tail at 64 B hot path
+                  f"worst size {worst[1]} B: {worst[2]:.2f} ns vs {worst[3]:.2f} ns (x{worst[0]:.2f})",
+                  worst[0])
+    # 2. tail at 64 B hot path. An empty timed region already reads P99.9 = e above its median
+    # (the counter's step), so the true ratio lies between (P99.9 - e)/P50 and P99.9/P50.
     t = get("latency_hot", "pair_64_tail_p99.9/p50", ref)
     p50, p999 = get("latency_hot", "pair_64_p50_ns", ref), get("latency_hot", "pair_64_p99.9_ns", ref)
-    res = get("timer", "resolution_ns", ref)
-    if t is not None:
+    e = get("timer", "empty_p99.9_ns", ref) or 0.0
+    if t is not None and p50:
+        lo = max(p999 - e, 0.0) / p50
         note = f"P99.9 {p999:.1f} ns / P50 {p50:.1f} ns = {t:.2f}"
-        if res and res > 2:
-            note += f" (timer step {res:.0f} ns: below ~2 steps the ratio is the timer's)"
-        check("hot path 64 B P99.9 <= 2.5 x P50", t <= 2.5, note)
+        if t <= 2.5:
+            check("hot path 64 B P99.9 <= 2.5 x P50", True, note)
+        elif lo > 2.5:
+            check("hot path 64 B P99.9 <= 2.5 x P50", False, note + f" (at least {lo:.2f} "
+                  f"after the timer's own P99.9 of {e:.1f} ns)")
+        else:
+            check("hot path 64 B P99.9 <= 2.5 x P50", None,
+                  note + f"; the timer's own P99.9 is {e:.1f} ns, so the true ratio is "
+                  f"roughly between {lo:.2f} and {t:.2f}: not resolved by this counter")
     # 3. churn P99.99 lowest of all
     d = med.get(("latency_churn", "all_p99.99_ns"), {})
     if ref in d and len(d) > 1:
@@ -270,28 +283,31 @@ def targets(allocs, med, ref, out):
         f, m = get("micro", "cross_thread_64_ns", ref), get("micro", "cross_thread_64_ns", "mimalloc")
         if f and m:
             check("cross-thread free (64 B) not slower than mimalloc", f <= m,
-                  f"{f:.1f} vs {m:.1f} ns per pair (x{f / m:.2f})")
+                  f"{f:.1f} vs {m:.1f} ns per pair (x{f / m:.2f})", f / m)
     # 5. peak RSS <= 1.25 x glibc
     if "glibc" in allocs:
         worst = None
         for (w, m), dd in med.items():
-            if w == "peak_rss" and ref in dd and dd.get("glibc"):
+            if (w == "peak_rss" or (w not in OWN and m.endswith("_kb"))) and ref in dd \
+                    and dd.get("glibc"):
                 r = dd[ref] / dd["glibc"]
                 if worst is None or r > worst[0]:
-                    worst = (r, m, dd[ref], dd["glibc"])
+                    worst = (r, m if w == "peak_rss" else f"{w} {m}", dd[ref], dd["glibc"])
         if worst:
             check("peak RSS <= 1.25 x glibc on every workload", worst[0] <= 1.25,
                   f"worst {worst[1]}: {worst[2]:.0f} vs {worst[3]:.0f} KiB (x{worst[0]:.2f})")
-    # 6. PostgreSQL at least as fast as glibc (bench/pg/run.sh's rows: any workload not ours)
+    # 6. PostgreSQL at least as fast as glibc (bench/pg/run.sh's rows: any workload not ours;
+    # its memory rows count in the RSS check above)
     if "glibc" in allocs:
         for (w, m), dd in med.items():
-            if w not in OWN and ref in dd and dd.get("glibc"):
+            if w not in OWN and SPEED.search(m) and ref in dd and dd.get("glibc"):
                 r = dd[ref] / dd["glibc"]
                 ok = r <= 1.0 if better(m) == "lower" else r >= 1.0
                 check(f"{w} {m} at least as good as glibc", ok,
-                      f"{dd[ref]:.4g} vs {dd['glibc']:.4g} (x{r:.2f}, {better(m)} is better)")
+                      f"{fmt(dd[ref])} vs {fmt(dd['glibc'])} (x{r:.2f}, {better(m)} is better)", r)
     if lines:
-        print(f"\n== targets (design.md), medians of this run, {ref}", file=out)
+        print(f"\n== targets (design.md), medians of this run, {ref} "
+              "(EVEN: within 3 %, inside this machine's noise; ??: not measurable here)", file=out)
         for line in lines:
             print(line, file=out)
 

@@ -10,17 +10,23 @@
 #include "vg.h"
 
 /* ---- slow paths -------------------------------------------------------------------------- */
-static void *alloc_any(size_t size) {
-  if (size <= fm_pool.small_max) return tcache_alloc(class_of(size), true);
-  void *p = large_alloc(size, 0);
-  if (!p) errno = ENOMEM;
+/* A block of at least size bytes: from its class, a larger class it borrows from, or the large
+ * area. The large area is the next step after the largest class, so only the classes whose
+ * borrowing reaches the largest one continue there; a full small class never eats into it. */
+void *alloc_block(size_t size) {
+  void *p = NULL;
+  if (size <= fm_pool.small_max) {
+    unsigned c = class_of(size);
+    if ((p = tcache_alloc(c, true)) || c + FM_BORROW_STEPS < fm_pool.nclass - 1) return p;
+  }
+  if (!(p = large_alloc(size, 0))) errno = ENOMEM;
   return p;
 }
 
 void *fm_malloc_slow(size_t size) {
   if (unlikely(!pool_ready()) && !pool_init()) return boot_alloc(size, 0);
   if (fm_pool.checked) return check_malloc(size, 0);
-  return alloc_any(size);
+  return alloc_block(size);
 }
 
 /* Class of a pointer inside the small area. */
@@ -30,17 +36,14 @@ static unsigned small_class(const void *p) {
 
 static bool in_small(const void *p) { return (uintptr_t)p - fm_pool.small_base < fm_pool.small_size; }
 
-/* Is p (carrying the free key) already in this thread's cache? The cache holds at most two
- * batches, so this is bounded; blocks in other threads' caches or the stores go unseen. */
-static bool list_has(void **q, uint32_t count, const void *p) {
-  for (uint32_t i = 0; q && i < count; i++, q = q[0])
-    if (q == p) return true;
-  return false;
-}
-
+/* Is p one of the last three blocks this thread freed to class c (the same check as the fast
+ * path's, for the counts it leaves to the slow path)? */
 static bool small_double_free(void *p, unsigned c) {
   struct fm_bin *b = &fm_tc->bin[c];
-  return list_has(b->head, b->count, p) || list_has(b->spare, b->spare_count, p);
+  void **q = b->head;
+  for (uint32_t i = 0; q && i < b->count && i < 3; i++, q = q[0])
+    if (q == p) return true;
+  return false;
 }
 
 static void small_verify(void *p, unsigned c) {
@@ -48,7 +51,7 @@ static void small_verify(void *p, unsigned c) {
   if ((uintptr_t)p & (FM_ALIGN - 1)) check_fault("free of a misaligned pointer", p, (int)c);
   if ((uintptr_t)p >= atomic_load_explicit(&k->frontier, memory_order_relaxed))
     check_fault("free of a pointer not allocated by flatmalloc", p, (int)c);
-  if (((void **)p)[1] == (void *)fm_pool.key && small_double_free(p, c)) check_fault("double free", p, (int)c);
+  if (small_double_free(p, c)) check_fault("double free", p, (int)c);
 }
 
 void fm_free_slow(void *p) {

@@ -84,9 +84,7 @@ static void *check_alloc(size_t size, size_t align) {
     return NULL;
   }
   VALGRIND_DISABLE_ERROR_REPORTING;
-  uint8_t *b;
-  if (total <= fm_pool.small_max) b = tcache_alloc(class_of(total), true);
-  else if (!(b = large_alloc(total, 0))) errno = ENOMEM;
+  uint8_t *b = alloc_block(total);
   uint8_t *user = NULL;
   if (b) {
     int cls = block_class(b);

@@ -12,7 +12,6 @@ static always_inline void *fm_alloc(size_t size) {
     if (likely(p != NULL)) {
       b->head = p[0];
       b->count--;
-      p[1] = NULL;   /* clears the double-free key */
       return p;
     }
   }
@@ -23,12 +22,14 @@ static always_inline void fm_free(void *ptr) {
   uintptr_t off = (uintptr_t)ptr - fm_pool.small_base;
   /* rotating the low 4 bits to the top folds "misaligned" into "outside the small area" */
   if (likely(((off >> 4) | (off << 60)) < fm_pool.small_units)) {
-    void **p = ptr;
     struct fm_bin *b = &fm_tc->bin[fm_pool.chunk_cls[off >> fm_pool.chunk_shift]];
-    if (likely(b->count < b->limit && p[1] != (void *)fm_pool.key)) {
-      p[0] = b->head;
-      p[1] = (void *)fm_pool.key;
-      b->head = p;
+    void **h = b->head;
+    /* 2 <= count < limit, so h and h[0] exist; ptr must not be one of the last three blocks this
+     * thread freed to this class (a double free). Those nodes are hot: the freed block itself,
+     * likely cold, is only written, never read. */
+    if (likely(b->count - 2 < b->limit - 2 && ptr != h && ptr != h[0] && ptr != ((void **)h[0])[0])) {
+      *(void **)ptr = h;
+      b->head = ptr;
       b->count++;
       return;
     }

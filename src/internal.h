@@ -62,6 +62,7 @@ hidden void check_pool_start(void);
 hidden void stats_setup(void);
 
 /* api.c slow paths, behind the inline fast paths of fast.h */
+hidden void *alloc_block(size_t size);
 hidden noinline void *fm_malloc_slow(size_t size);
 hidden noinline void fm_free_slow(void *p);
 #endif

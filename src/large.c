@@ -117,8 +117,8 @@ static struct lblock *list_find(size_t size) {
 
 /* ---- giving pages back ------------------------------------------------------------------- */
 /* Free memory that still holds pages may reach max(retain, a quarter of the bytes in use); past
- * that the space above top, then a freed block of at least L_RELEASE_MIN bytes, give their pages
- * back. Smaller free blocks keep theirs: they sit between live blocks and are reused soon, and
+ * that each free gives back up to L_RELEASE_MIN bytes of the space above top, and the free of a
+ * block of at least L_RELEASE_MIN bytes the pages of the free block it became. Smaller free blocks keep theirs: they sit between live blocks and are reused soon, and
  * giving them back would cost a syscall per free and a fault per page on reuse. A program that
  * frees and reallocates the same big buffer keeps its pages too. */
 #define L_RELEASE_MIN (1u << 20)
@@ -130,21 +130,23 @@ static void release_pages(uintptr_t from, uintptr_t to) {
   if (to > from) os_release((void *)from, to - from);
 }
 
-/* Gives back the pages above top; the rest of top's own page keeps its bytes. */
-static void release_top(void) {
+/* Gives back the pages above top, at most `most` bytes of them from the highest down; the
+ * rest of top's own page keeps its bytes. */
+static void release_top(size_t most) {
   size_t page = os_page_size();
   uintptr_t from = (L.top + page - 1) & ~(uintptr_t)(page - 1);
   uintptr_t to = (L.dirty_end + page - 1) & ~(uintptr_t)(page - 1);   /* nothing lives above top */
   if (to <= from) return;
+  if (to - from > most) from = to - most;
   os_release((void *)from, to - from);
   L.dirty_end = from;
 }
 
-static void retain_budget(struct lblock *just_freed) {
+static void retain_budget(struct lblock *just_freed, size_t freed) {
   size_t budget = L.retain > L.in_use / 4 ? L.retain : L.in_use / 4;
   if (L.dirty + (L.dirty_end - L.top) <= budget) return;
-  release_top();
-  if (just_freed && L.dirty > budget && bsize(just_freed) >= L_RELEASE_MIN && !(just_freed->size & L_CLEAN)) {
+  release_top(L_RELEASE_MIN);   /* bounded: a free gives back at most 1 MiB it did not free */
+  if (just_freed && L.dirty > budget && freed >= L_RELEASE_MIN && !(just_freed->size & L_CLEAN)) {
     release_pages((uintptr_t)just_freed + sizeof(struct lblock), (uintptr_t)bnext(just_freed));
     L.dirty -= bsize(just_freed);
     just_freed->size |= L_CLEAN;
@@ -290,7 +292,8 @@ void large_free(void *p) {
   }
   large_verify(b, p);
   account(b, -1);
-  retain_budget(release(b));
+  size_t freed = bsize(b);
+  retain_budget(release(b), freed);
   pthread_mutex_unlock(&L.lock);
 }
 
@@ -339,7 +342,7 @@ out:
 int large_trim(void) {
   pthread_mutex_lock(&L.lock);
   uintptr_t dirty_end = L.dirty_end;
-  release_top();
+  release_top(SIZE_MAX);
   int released = L.dirty_end != dirty_end;
   unsigned seen = 0, fl_min, sl;
   mapping(L_RELEASE_MIN, &fl_min, &sl);

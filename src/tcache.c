@@ -79,7 +79,6 @@ static void *bin_pop(struct fm_bin *b) {
   void **p = b->head;
   b->head = p[0];
   b->count--;
-  p[1] = NULL;   /* clears the double-free key */
   return p;
 }
 
@@ -108,7 +107,6 @@ void *tcache_alloc(unsigned c, bool borrow) {
       if (tc == &fm_tc_empty) {   /* no slot: keep one block, return the rest */
         void *rest = *(void **)head;
         if (rest) class_give(k, rest, n - 1);
-        ((void **)head)[1] = NULL;
         return head;
       }
       b->head = head;
@@ -140,7 +138,6 @@ void tcache_free(void *p, unsigned c) {
     b->count = 0;
   }
   ((void **)p)[0] = b->head;
-  ((void **)p)[1] = (void *)fm_pool.key;
   b->head = p;
   b->count++;
 }

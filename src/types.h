@@ -126,7 +126,7 @@ struct fm_pool {
   const uint8_t *cls_of;     /* (size + 15) / 16 -> class */
   const uint8_t *chunk_cls;  /* (address - small_base) >> chunk_shift -> class */
   unsigned chunk_shift;
-  uint64_t key;              /* written into word 1 of a freed block: cheap double-free check */
+  uint64_t key;              /* random, mixed into checking mode's header magic */
 
   uintptr_t base;
   size_t size;

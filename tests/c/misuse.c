@@ -37,12 +37,15 @@ static void double_free_large(void) {
   sink = keep;
   sink = after;
 }
+/* A few frees in between: two of the same class, and others of other sizes. */
 static void double_free_between(void) {
-  void *p = malloc(48), *a = malloc(48), *b = malloc(48), *c = malloc(48);
+  void *p = malloc(48), *a = malloc(48), *b = malloc(48), *x = malloc(100), *y = malloc(500), *z = malloc(3000);
   free(named(p));
   free(a);
+  free(x);
   free(b);
-  free(c);
+  free(y);
+  free(z);
   free(p);
 }
 static void free_stack(void) {

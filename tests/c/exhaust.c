@@ -108,12 +108,12 @@ static void one_size(size_t size)
     const char *chk = getenv("FLATMALLOC_CHECK");
     if (!fmt_flatmalloc || (chk && strcmp(chk, "1") == 0)) {
         /* glibc has one heap; in checking mode the header moves a 64 KiB request to the large area */
-    } else if (size <= 65536) { /* small classes are a separate share of the pool: large requests still work */
+    } else if (size <= 8192) { /* a full class (and the classes it borrows from) leaves the large area alone */
         void *l = malloc(MiB);
         CHECK(l != NULL, "malloc(1 MiB) failed while only the %zu-byte class was exhausted", size);
         memset(l, 1, MiB);
         free(l);
-    } else { /* the large area is full: small classes still work */
+    } else { /* the large area is full (the largest classes' borrowing ends there): small classes still work */
         void *s = malloc(100);
         CHECK(s != NULL, "malloc(100) failed while only the large area was exhausted");
         memset(s, 1, 100);

@@ -29,13 +29,6 @@ void *fm_malloc_slow(size_t size) {
   return alloc_block(size);
 }
 
-/* Class of a pointer inside the small area. */
-static unsigned small_class(const void *p) {
-  return fm_pool.chunk_cls[((uintptr_t)p - fm_pool.small_base) >> fm_pool.chunk_shift];
-}
-
-static bool in_small(const void *p) { return (uintptr_t)p - fm_pool.small_base < fm_pool.small_size; }
-
 /* Is p one of the last three blocks this thread freed to class c (the same check as the fast
  * path's, for the counts it leaves to the slow path)? */
 static bool small_double_free(void *p, unsigned c) {
@@ -57,10 +50,10 @@ static void small_verify(void *p, unsigned c) {
 void fm_free_slow(void *p) {
   if (!p) return;
   if (fm_pool.checked) return check_free(p);
-  if (in_small(p)) {
-    unsigned c = small_class(p);
-    small_verify(p, c);
-    tcache_free(p, c);
+  int c = class_at(p);
+  if (c >= 0) {
+    small_verify(p, (unsigned)c);
+    tcache_free(p, (unsigned)c);
   } else if (large_owns(p)) {
     large_free(p);
   } else if (!boot_owns(p)) {
@@ -87,7 +80,8 @@ void flatmalloc_free_aligned_sized(void *p, size_t alignment, size_t size) {
 size_t flatmalloc_malloc_usable_size(void *p) {
   if (!p) return 0;
   if (fm_pool.checked) return check_usable(p);
-  if (in_small(p)) return fm_pool.cls[small_class(p)].size;
+  int c = class_at(p);
+  if (c >= 0) return fm_pool.cls[c].size;
   if (large_owns(p)) return large_usable(p);
   if (boot_owns(p)) return boot_usable(p);
   check_fault("malloc_usable_size of a pointer not allocated by flatmalloc", p, -1);
@@ -174,7 +168,7 @@ void *flatmalloc_realloc(void *p, size_t size) {
   }
   if (fm_pool.checked) return check_realloc(p, size);
   size_t old = flatmalloc_malloc_usable_size(p);
-  if (in_small(p)) {
+  if (class_at(p) >= 0) {
     /* keep the block when the new size fits and would not waste more than half of it */
     if (size <= old && (size > old / 2 || old <= 16)) return p;
   } else if (large_owns(p) && size > fm_pool.small_max / 2 && large_resize(p, size)) {

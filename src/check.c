@@ -61,11 +61,6 @@ static uint32_t magic(const struct check_hdr *h, bool live) {
 
 static uint8_t canary_byte(const uint8_t *at) { return (uint8_t)(0xa5u ^ ((uintptr_t)at & 0xffu)); }
 
-static int block_class(const void *p) {
-  uintptr_t off = (uintptr_t)p - fm_pool.small_base;
-  return off < fm_pool.small_size ? fm_pool.chunk_cls[off >> fm_pool.chunk_shift] : -1;
-}
-
 /* End of the underlying block b. */
 static uint8_t *block_end(uint8_t *b, int cls) {
   return b + (cls >= 0 ? fm_pool.cls[cls].size : large_usable(b));
@@ -87,7 +82,7 @@ static void *check_alloc(size_t size, size_t align) {
   uint8_t *b = alloc_block(total);
   uint8_t *user = NULL;
   if (b) {
-    int cls = block_class(b);
+    int cls = class_at(b);
     uint8_t *end = block_end(b, cls);
     user = (uint8_t *)(((uintptr_t)b + 2 * FM_ALIGN + align - 1) & ~(uintptr_t)(align - 1));
     if (align <= FM_ALIGN) user = b + 2 * FM_ALIGN;
@@ -116,7 +111,7 @@ struct found {
 };
 
 static enum verdict check_find(void *p, struct found *f) {
-  f->cls = block_class(p);
+  f->cls = class_at(p);
   if (f->cls < 0 && !large_owns(p)) return V_FOREIGN;
   if ((uintptr_t)p & (FM_ALIGN - 1)) return V_MISALIGNED;
   struct check_hdr *h = (struct check_hdr *)((uint8_t *)p - FM_ALIGN);
@@ -129,7 +124,7 @@ static enum verdict check_find(void *p, struct found *f) {
     struct fm_class *k = &fm_pool.cls[f->cls];
     uint8_t *b = (uint8_t *)(k->start + ((uintptr_t)p - 1 - k->start) / k->size * k->size);
     if (b != f->b) return V_INTERIOR;
-  } else if (block_class(f->b) >= 0 || !large_owns(f->b)) {
+  } else if (class_at(f->b) >= 0 || !large_owns(f->b)) {
     return V_INTERIOR;
   }
   if (!live) return V_FREED;

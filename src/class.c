@@ -12,6 +12,11 @@ static uint64_t *batch_word(void *blk) { return (uint64_t *)blk + 1; }
 
 unsigned class_of(size_t size) { return fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN]; }
 
+int class_at(const void *p) {
+  uintptr_t off = (uintptr_t)p - fm_pool.small_base;
+  return off < fm_pool.small_size ? fm_pool.chunk_cls[off >> fm_pool.chunk_shift] : -1;
+}
+
 size_t class_setup(const struct fm_options *o, uintptr_t start, size_t small_size, uint8_t *cls_of,
                    uint8_t *chunk_cls, unsigned chunk_shift) {
   size_t chunk = (size_t)1 << chunk_shift, units = 0;

@@ -20,6 +20,8 @@ hidden size_t boot_usable(const void *p);
 hidden size_t class_setup(const struct fm_options *o, uintptr_t start, size_t small_size, uint8_t *cls_of,
                           uint8_t *chunk_cls, unsigned chunk_shift);
 hidden unsigned class_of(size_t size);
+/* Class of the block holding p, or -1 when p is outside the small area. */
+hidden int class_at(const void *p);
 hidden void *class_index_to_ptr(uint64_t idx);
 hidden unsigned class_take(unsigned c, void **head);     /* a batch into head, returns its count */
 hidden void class_give(unsigned c, void *head, unsigned count);
@@ -32,7 +34,6 @@ hidden void tcache_setup(void);
 hidden void *tcache_alloc(unsigned c, bool borrow);
 hidden void tcache_free(void *p, unsigned c);
 hidden uint64_t tcache_cached(unsigned c);
-hidden void tcache_after_fork(void);
 hidden int tcache_check(void);
 
 /* large.c */

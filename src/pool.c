@@ -68,8 +68,7 @@ static void pool_layout(void *mem, size_t size) {
   if (P->lazy_commit && !os_commit(mem, meta < size ? meta : size))
     options_fail("FLATMALLOC_POOL", o->pool_text ? o->pool_text : "(default)",
                  "the commit limit (vm.overcommit_memory=2) refused the pool's tables");
-  size_t rest = (size & ~(chunk - 1)) - (meta < size ? meta : size);
-  if (meta >= size) rest = 0;
+  size_t rest = meta < size ? (size & ~(chunk - 1)) - meta : 0;   /* meta is whole chunks */
   size_t large = (size_t)((unsigned __int128)rest * o->large_pct / 100) & ~(chunk - 1);
   size_t small = rest - large;
 
@@ -150,11 +149,6 @@ static void pool_start(void) {
 
 bool pool_ready(void) { return atomic_load_explicit(&pool_state, memory_order_acquire) == POOL_READY; }
 
-static void pool_child(void) {
-  tcache_after_fork();
-  large_after_fork();
-}
-
 bool pool_init(void) {
   int s = atomic_load_explicit(&pool_state, memory_order_acquire);
   if (s == POOL_READY) return true;
@@ -164,7 +158,10 @@ bool pool_init(void) {
     pool_start();
     pool_starting = false;
     atomic_store_explicit(&pool_state, POOL_READY, memory_order_release);
-    pthread_atfork(NULL, NULL, pool_child);   /* may allocate: the pool is ready now */
+    /* In a forked child only the forking thread exists: other threads' cache slots and their
+     * blocks are left as they were (never reused; copy-on-write makes that free), and the
+     * class stores are consistent at any instant. Only the large area may need repair. */
+    pthread_atfork(NULL, NULL, large_after_fork);   /* may allocate: the pool is ready now */
     return true;
   }
   while (atomic_load_explicit(&pool_state, memory_order_acquire) != POOL_READY) sched_yield();

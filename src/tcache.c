@@ -166,7 +166,3 @@ int tcache_check(void) {
   return faults;
 }
 
-/* In a forked child only the forking thread exists: the other threads' slots, and the blocks
- * they cached, are left as they were (the child never reuses them; copy-on-write makes that
- * free). The stores are consistent at any instant, so nothing needs repair. */
-void tcache_after_fork(void) {}

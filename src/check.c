@@ -28,31 +28,6 @@ struct check_hdr {
   uint32_t off16;   /* (h - b) / 16 */
 };
 
-void check_fault(const char *what, const void *p, int cls) {
-  char buf[256];
-  struct fmt f = {buf, sizeof buf - 1, 0};
-  fmt_str(&f, "flatmalloc: ");
-  fmt_str(&f, what);
-  fmt_str(&f, ": pointer ");
-  fmt_hex(&f, (uintptr_t)p);
-  if (cls >= 0) {
-    fmt_str(&f, " (class ");
-    fmt_u64(&f, (unsigned)cls, 0);
-    fmt_str(&f, ", ");
-    fmt_u64(&f, fm_pool.cls[cls].size, 0);
-    fmt_str(&f, " bytes)");
-  } else if (large_owns(p)) {
-    fmt_str(&f, " (large area)");
-  } else {
-    fmt_str(&f, " (not in the pool)");
-  }
-  size_t n = fmt_end(&f);
-  if (n > sizeof buf - 2) n = sizeof buf - 2;
-  buf[n++] = '\n';
-  os_write(2, buf, n);
-  abort();
-}
-
 /* ---- layout helpers ---------------------------------------------------------------------- */
 static uint32_t magic(const struct check_hdr *h, bool live) {
   uint32_t m = (uint32_t)(fm_pool.key >> 32) ^ (uint32_t)((uintptr_t)h >> 4) ^ 0xa110c8edu;
@@ -79,7 +54,7 @@ static void *check_alloc(size_t size, size_t align) {
     return NULL;
   }
   VALGRIND_DISABLE_ERROR_REPORTING;
-  uint8_t *b = alloc_block(total);
+  uint8_t *b = block_alloc(total);
   uint8_t *user = NULL;
   if (b) {
     int cls = class_at(b);
@@ -112,18 +87,16 @@ struct found {
 
 static enum verdict check_find(void *p, struct found *f) {
   f->cls = class_at(p);
-  if (f->cls < 0 && !large_owns(p)) return V_FOREIGN;
+  if (f->cls < 0 && (uintptr_t)p - fm_pool.heap_base >= fm_pool.heap_size) return V_FOREIGN;
   if ((uintptr_t)p & (FM_ALIGN - 1)) return V_MISALIGNED;
   struct check_hdr *h = (struct check_hdr *)((uint8_t *)p - FM_ALIGN);
   f->h = h;
   bool live = h->magic == magic(h, true);
-  if (!live && h->magic != magic(h, false)) return V_INTERIOR;
+  if (!live) return h->magic == magic(h, false) ? V_FREED : V_INTERIOR;
   f->b = (uint8_t *)h - (size_t)h->off16 * FM_ALIGN;
   if (f->cls >= 0) {
     /* the header must sit inside the block that p's address belongs to */
-    struct fm_class *k = &fm_pool.cls[f->cls];
-    uint8_t *b = (uint8_t *)(k->start + ((uintptr_t)p - 1 - k->start) / k->size * k->size);
-    if (b != f->b) return V_INTERIOR;
+    if (class_block((uint8_t *)p - 1, (unsigned)f->cls, NULL) != f->b) return V_INTERIOR;
   } else if (class_at(f->b) >= 0 || !large_owns(f->b)) {
     return V_INTERIOR;
   }
@@ -156,7 +129,7 @@ static bool check_take(void *p, struct found *f, bool realloc_call) {
     const char *what = verdict_text[v];
     if (realloc_call && v == V_FREED) what = "realloc of a freed block";
     else if (realloc_call && v != V_OVERRUN) what = "realloc of a pointer flatmalloc did not hand out";
-    check_fault(what, p, v == V_FOREIGN ? -1 : f->cls);
+    fault_stop(what, p, v == V_FOREIGN ? -1 : f->cls);
   }
   return false;
 }
@@ -165,8 +138,7 @@ static void check_release(void *p, struct found *f) {
   VALGRIND_FREELIKE_BLOCK(p, 0);
   VALGRIND_DISABLE_ERROR_REPORTING;
   f->h->magic = magic(f->h, false);
-  if (f->cls >= 0) tcache_free(f->b, (unsigned)f->cls);
-  else large_free(f->b);
+  block_free(f->b);
   VALGRIND_ENABLE_ERROR_REPORTING;
 }
 
@@ -220,5 +192,5 @@ void *check_realloc(void *p, size_t size) {
  * out, and memcheck's leak search does not wade through untouched gigabytes. */
 void check_pool_start(void) {
   if (!fm_pool.valgrind) return;
-  VALGRIND_MAKE_MEM_NOACCESS((void *)fm_pool.small_base, fm_pool.size - (fm_pool.small_base - fm_pool.base));
+  VALGRIND_MAKE_MEM_NOACCESS((void *)fm_pool.heap_base, fm_pool.heap_size);
 }

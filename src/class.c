@@ -1,142 +1,320 @@
-/* Size classes: the size -> class table, each class's region, and its shared store (a
- * lock-free stack of batches, see types.h). */
+/* Size classes (types.h, SPAN): each class's span geometry, its spans with free blocks in
+ * occupancy buckets, and batches moving between spans and thread caches under the class's
+ * lock, O(batch). */
+#include <string.h>
+
 #include "internal.h"
 #include "os.h"
 
-/* ---- block index <-> address: 40-bit indexes let one 64-bit word hold index and tag ----- */
-static uint64_t ptr_to_index(const void *p) { return ((uintptr_t)p - fm_pool.base) / FM_ALIGN; }
-void *class_index_to_ptr(uint64_t idx) { return (void *)(fm_pool.base + idx * FM_ALIGN); }
+/* ---- span geometry ----------------------------------------------------------------------- */
+static uintptr_t chunk_addr(uint32_t i) { return fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift); }
+static uint8_t *states(const struct fm_class *k, uint32_t head) { return (uint8_t *)chunk_addr(head) + k->nblocks * k->size; }
+/* One bit per 8 state bytes that holds a FREE one; kept in the record of the span's 2nd chunk
+ * (a span has at least 3, and only the first and last records belong to the run). */
+static uint64_t *summary(uint32_t head) { return (uint64_t *)span_rec(head + 1); }
+static uint32_t words(const struct fm_class *k) { return (k->nblocks + 7) / 8; }
 
-/* Word 1 of a batch's first block: the next batch (index) and this batch's block count. */
-static uint64_t *batch_word(void *blk) { return (uint64_t *)blk + 1; }
-
-unsigned class_of(size_t size) { return fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN]; }
-
-int class_at(const void *p) {
-  uintptr_t off = (uintptr_t)p - fm_pool.small_base;
-  return off < fm_pool.small_size ? fm_pool.chunk_cls[off >> fm_pool.chunk_shift] : -1;
+/* Bytes of v that are 0 (ST_FREE), as their top bits; exact per byte (no borrow between them). */
+static uint64_t zero_bytes(uint64_t v) {
+  const uint64_t m = 0x7f7f7f7f7f7f7f7full;
+  return ~(((v & m) + m) | v | m);
 }
 
-size_t class_setup(const struct fm_options *o, uintptr_t start, size_t small_size, uint8_t *cls_of,
-                   uint8_t *chunk_cls, unsigned chunk_shift) {
-  size_t chunk = (size_t)1 << chunk_shift, units = 0;
-  uintptr_t at = start;
-  for (unsigned c = 0; c < o->nclass; c++) {
+struct fm_cf fm_cf;
+
+unsigned class_of(size_t size) { return fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN] - 1u; }
+
+static uint32_t span_head(uint64_t e) { return (uint32_t)(((e >> 8) - fm_pool.heap_base) >> fm_pool.chunk_shift); }
+
+/* Class of the span holding p, or -1 when p is not in a span. */
+int class_at(const void *p) {
+  uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
+  if (off >= fm_pool.heap_size) return -1;
+  unsigned c = fm_pool.pmap[off >> fm_pool.chunk_shift] & 0xff;
+  return c == FM_NO_CLASS ? -1 : (int)c - 1;
+}
+
+/* Start of the block of class c that holds p (p in a span of c), and its state byte. */
+void *class_block(const void *p, unsigned c, uint8_t **st) {
+  const struct fm_class *k = &fm_pool.cls[c];
+  uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
+  uint32_t head = span_head(fm_pool.pmap[off >> fm_pool.chunk_shift]);
+  uint64_t x = (uint64_t)((uintptr_t)p - chunk_addr(head));
+  uint64_t q = x / k->size;
+  if (q >= k->nblocks) return NULL;
+  if (st) *st = states(k, head) + q;
+  return (void *)(chunk_addr(head) + q * k->size);
+}
+
+/* The state byte of p, which free() or realloc() was handed, when p is a LIVE block of class c;
+ * otherwise stops the program naming what p is. */
+uint8_t *class_verify(const void *p, unsigned c) {
+  if ((uintptr_t)p & (FM_ALIGN - 1)) fault_stop("free of a misaligned pointer", p, (int)c);
+  uint8_t *st;
+  void *b = class_block(p, c, &st);
+  if (!b) fault_stop("free of a pointer not allocated by flatmalloc", p, (int)c);
+  if (b != p) fault_stop("free of an interior pointer", p, (int)c);
+  uint8_t s = __atomic_load_n(st, __ATOMIC_RELAXED);
+  if (s == ST_LIVE) return st;
+  uint32_t head = span_head(fm_pool.pmap[((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift]);
+  uint32_t q = (uint32_t)(((uintptr_t)p - chunk_addr(head)) / fm_pool.cls[c].size);
+  if (s == ST_CACHED || q < __atomic_load_n(&span_rec(head)->hw, __ATOMIC_RELAXED))
+    fault_stop("double free", p, (int)c);
+  fault_stop("free of a pointer not allocated by flatmalloc", p, (int)c);
+}
+
+void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chunks) {
+  size_t chunk = (size_t)1 << fm_pool.chunk_shift;
+  for (unsigned c = 0, units = 0; c < o->nclass; c++) {
     struct fm_class *k = &fm_pool.cls[c];
-    size_t region = (size_t)((unsigned __int128)small_size * o->class_bp[c] / 10000) & ~(chunk - 1);
     uint32_t size = o->class_size[c], batch = FM_BATCH_BYTES / size;
     if (batch < FM_BATCH_MIN) batch = FM_BATCH_MIN;
     if (batch > FM_BATCH_MAX) batch = FM_BATCH_MAX;
-    if (region < chunk || region < 2ull * batch * size) return 0;
+    /* at least FM_SPAN_MIN, 8 blocks and 3 chunks (the summary lives in the 2nd chunk's record,
+     * not the last); of the next 8 chunk counts, the one that wastes the smallest share */
+    size_t span = 8ull * size + 64 > FM_SPAN_MIN ? 8ull * size + 64 : FM_SPAN_MIN, best = 0;
+    if (span < 3 * chunk) span = 3 * chunk;
+    span = (span + chunk - 1) & ~(chunk - 1);
+    uint64_t n = 0;
+    for (size_t s = span, i = 0; i < 8; i++, s += chunk) {
+      uint64_t states = ((s - 1) / size + 1 + 7) & ~7ull, m = (s - states) / size;
+      if (m > FM_SPAN_BLOCKS) m = FM_SPAN_BLOCKS;
+      if (!best || m * size * best > n * size * s) best = s, n = m;   /* higher use of the span */
+    }
+    span = best;
+    pthread_mutex_init(&k->lock, NULL);
     k->size = size;
     k->batch = batch;
-    k->start = at;
-    k->end = at + region / size * size;
-    k->region_end = at + region;
-    atomic_store(&k->frontier, at);
-    atomic_store(&k->committed, fm_pool.lazy_commit ? at : k->region_end);
-    for (size_t i = 0; i < region >> chunk_shift; i++) chunk_cls[((at - start) >> chunk_shift) + i] = (uint8_t)c;
-    for (; units * FM_ALIGN <= size; units++) cls_of[units] = (uint8_t)c;
-    at += region;
+    k->nblocks = (uint32_t)n;
+    k->span_chunks = (uint32_t)(span / chunk);
+    k->nstates = (uint32_t)((span - 1) / size + 1);
+    k->reserve = (uint64_t)heap_chunks * o->class_bp[c] / 10000;
+    k->epoch = 1;
+    fm_cf.magic[c + 1] = UINT64_MAX / size + 1;
+    fm_cf.st_off[c + 1] = n * size;
+    fm_cf.size[c + 1] = size;
+    for (; units * FM_ALIGN <= size; units++) cls_of[units] = (uint8_t)(c + 1);
   }
-  return at - start;   /* what rounding left over goes to the large area */
 }
 
-/* Makes the region accessible up to at least `to` (strict overcommit only; a chunk at a time,
- * so a region costs one mprotect per chunk it grows by). */
-static bool class_commit(struct fm_class *k, uintptr_t to) {
-  uintptr_t c = atomic_load_explicit(&k->committed, memory_order_acquire);
-  size_t chunk = (size_t)1 << fm_pool.chunk_shift;
-  while (c < to) {
-    uintptr_t want = (to + chunk - 1) & ~(uintptr_t)(chunk - 1);
-    if (want > k->region_end) want = k->region_end;
-    if (!os_commit((void *)c, want - c)) return false;   /* another thread may overlap: harmless */
-    if (atomic_compare_exchange_weak(&k->committed, &c, want)) break;
+/* ---- buckets ----------------------------------------------------------------------------- */
+/* Bucket 0 holds the fullest spans; a span with no free block is in none (FM_BUCKETS). */
+static uint32_t bucket_of(const struct fm_class *k, uint32_t nfree) {
+  return nfree ? (uint32_t)((uint64_t)(nfree - 1) * FM_BUCKETS / k->nblocks) : FM_BUCKETS;
+}
+
+static void bucket_remove(struct fm_class *k, uint32_t head) {
+  struct fm_run *r = span_rec(head);
+  if (r->bucket >= FM_BUCKETS) return;
+  if (r->prev) span_rec(r->prev - 1)->next = r->next;
+  else k->bucket[r->bucket] = r->next;
+  if (r->next) span_rec(r->next - 1)->prev = r->prev;
+  if (!k->bucket[r->bucket]) k->bucket_map &= ~(1u << r->bucket);
+  r->bucket = FM_BUCKETS;
+}
+
+static void bucket_insert(struct fm_class *k, uint32_t head) {
+  struct fm_run *r = span_rec(head);
+  uint32_t b = bucket_of(k, r->nfree);
+  r->bucket = b;
+  if (b >= FM_BUCKETS) return;
+  r->prev = 0;
+  r->next = k->bucket[b];
+  if (r->next) span_rec(r->next - 1)->prev = head + 1;
+  k->bucket[b] = head + 1;
+  k->bucket_map |= 1u << b;
+}
+
+/* ---- spans in and out -------------------------------------------------------------------- */
+/* A fresh span for class c, all blocks FREE, in its bucket. False when the pool has none. */
+static bool span_new(unsigned c) {
+  struct fm_class *k = &fm_pool.cls[c];
+  if (k->spare) {
+    bucket_insert(k, k->spare - 1);
+    k->spare = 0;
+    return true;
   }
+  int64_t got = span_alloc(k->span_chunks, c, false);
+  if (got < 0) return false;
+  uint32_t head = (uint32_t)got;
+  uint8_t *st = states(k, head);
+  uint32_t w = words(k), ch_first = (uint32_t)(((uintptr_t)st - fm_pool.heap_base) >> fm_pool.chunk_shift);
+  uint32_t ch_last = (uint32_t)(((uintptr_t)st + w * 8 - 1 - fm_pool.heap_base) >> fm_pool.chunk_shift);
+  for (uint32_t i = ch_first; i <= ch_last; i++)
+    if (span_chunk_dirty(i)) {   /* reused memory: states from an earlier life */
+      memset(st, ST_FREE, k->nblocks);
+      break;
+    }
+  memset(st + k->nblocks, 0xff, ((k->nstates + 7) & ~7u) - k->nblocks);   /* no block there: never FREE or LIVE */
+  uint64_t *sum = summary(head);
+  memset(sum, 0, 64);
+  for (uint32_t i = 0; i < w; i++) sum[i / 64] |= 1ull << (i % 64);
+  uint64_t *pmap = (uint64_t *)fm_pool.pmap;
+  for (uint32_t j = 0; j < k->span_chunks; j++) __atomic_store_n(&pmap[head + j], (uint64_t)chunk_addr(head) << 8 | (c + 1), __ATOMIC_RELEASE);
+  struct fm_run *r = span_rec(head);
+  r->nfree = k->nblocks;
+  r->hw = 0;
+  r->epoch = k->epoch;
+  r->bucket = FM_BUCKETS;
+  bucket_insert(k, head);
+  if (++k->spans > k->spans_peak) k->spans_peak = k->spans;
   return true;
 }
 
-/* Pops one batch from the store, or cuts one from the frontier. Returns its block count (0:
- * the class is exhausted) and its first block in *head; the list is NULL-terminated. */
-unsigned class_take(unsigned c, void **head) {
+static void span_retire(struct fm_class *k, uint32_t head) {
+  bucket_remove(k, head);
+  uint64_t *pmap = (uint64_t *)fm_pool.pmap;
+  for (uint32_t j = 0; j < k->span_chunks; j++) __atomic_store_n(&pmap[head + j], FM_NO_CLASS, __ATOMIC_RELAXED);
+  k->spans--;
+  span_free(head);
+}
+
+/* ---- batches ----------------------------------------------------------------------------- */
+/* Takes up to `want` FREE blocks of span head into p/st, marking them CACHED. */
+static uint32_t span_take(struct fm_class *k, uint32_t head, void **p, uint8_t **st, uint32_t want) {
+  struct fm_run *r = span_rec(head);
+  uint64_t *sum = summary(head);
+  uint8_t *states0 = states(k, head);
+  uint8_t *base = (uint8_t *)chunk_addr(head);
+  uint32_t got = 0;
+  for (unsigned s = 0; s < 8 && got < want; s++)
+    while (sum[s] && got < want) {
+      uint32_t w = s * 64 + (uint32_t)__builtin_ctzll(sum[s]);
+      uint64_t z = zero_bytes(__atomic_load_n((uint64_t *)(states0 + w * 8), __ATOMIC_RELAXED));
+      for (; z && got < want; z &= z - 1) {
+        uint32_t q = w * 8 + (uint32_t)__builtin_ctzll(z) / 8;
+        states0[q] = ST_CACHED;
+        if (q >= r->hw) r->hw = q + 1;
+        p[got] = base + (size_t)q * k->size;
+        st[got++] = states0 + q;
+      }
+      if (!z) sum[s] &= ~(1ull << (w % 64));
+    }
+  if (got > r->nfree) fault_stop("a span's state bytes are damaged", base, (int)(k - fm_pool.cls));
+  r->nfree -= got;
+  bucket_remove(k, head);
+  bucket_insert(k, head);
+  return got;
+}
+
+/* Moves up to `want` blocks of class c, fullest spans first, into p/st (state CACHED); with
+ * grow, takes a new span from the pool when no span has a free block. Returns the count. */
+uint32_t class_take(unsigned c, void **p, uint8_t **st, uint32_t want, bool grow) {
   struct fm_class *k = &fm_pool.cls[c];
-  uint64_t h = atomic_load_explicit(&k->store, memory_order_acquire);
-  while (h & FM_IDX_MASK) {
-    void *blk = class_index_to_ptr(h & FM_IDX_MASK);
-    /* blk may be taken and reused by another thread meanwhile: the tag makes the CAS fail */
-    uint64_t w = __atomic_load_n(batch_word(blk), __ATOMIC_RELAXED);
-    uint64_t nh = (w & FM_IDX_MASK) | ((h & ~FM_IDX_MASK) + (1ull << FM_IDX_BITS));
-    if (atomic_compare_exchange_weak_explicit(&k->store, &h, nh, memory_order_acquire, memory_order_acquire)) {
-      unsigned n = (unsigned)(w >> FM_IDX_BITS);
-      atomic_fetch_sub_explicit(&k->stored, n, memory_order_relaxed);
-      *head = blk;
-      return n;
+  uint32_t got = 0;
+  pthread_mutex_lock(&k->lock);
+  while (got < want) {
+    if (!k->bucket_map && (!grow || !span_new(c))) break;
+    uint32_t head = k->bucket[__builtin_ctz(k->bucket_map)] - 1;
+    got += span_take(k, head, p + got, st + got, want - got);
+  }
+  k->out += got;
+  if (k->out > k->peak) k->peak = k->out;
+  pthread_mutex_unlock(&k->lock);
+  return got;
+}
+
+/* Returns n CACHED blocks of class c to their spans; a span with no block out goes back to
+ * the pool. */
+void class_give(unsigned c, void *const *p, uint8_t *const *st, uint32_t n) {
+  struct fm_class *k = &fm_pool.cls[c];
+  uint32_t shift = fm_pool.chunk_shift;
+  pthread_mutex_lock(&k->lock);
+  k->out -= n;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t ch = (uint32_t)(((uintptr_t)p[i] - fm_pool.heap_base) >> shift);
+    uint64_t e = fm_pool.pmap[ch];
+    uint32_t head = span_head(e);
+    struct fm_run *r = span_rec(head);
+    if ((e & 0xff) != c + 1 || *st[i] != ST_CACHED) fault_stop("a thread cache is damaged", p[i], (int)c);
+    if (r->epoch != k->epoch) continue;   /* a span abandoned at fork: the child leaves it */
+    uint32_t q = (uint32_t)(st[i] - states(k, head));
+    *st[i] = ST_FREE;
+    summary(head)[q / 512] |= 1ull << (q / 8 % 64);
+    if (++r->nfree == k->nblocks) {
+      /* keep one empty span back, so a class that swings between 0 and 1 blocks does not take
+       * and return a span each time */
+      if (k->spare) span_retire(k, k->spare - 1);
+      bucket_remove(k, head);
+      k->spare = head + 1;
+    } else if (bucket_of(k, r->nfree) != r->bucket) {
+      bucket_remove(k, head);
+      bucket_insert(k, head);
     }
   }
-  uintptr_t f = atomic_load_explicit(&k->frontier, memory_order_relaxed), nf;
-  unsigned n;
-  do {
-    if (f >= k->end) return 0;
-    n = (unsigned)((k->end - f) / k->size);
-    if (n > k->batch) n = k->batch;
-    nf = f + (uintptr_t)n * k->size;
-    if (!class_commit(k, nf)) return 0;
-  } while (!atomic_compare_exchange_weak_explicit(&k->frontier, &f, nf, memory_order_relaxed, memory_order_relaxed));
-  char *b = (char *)f;
-  for (unsigned i = 0; i + 1 < n; i++, b += k->size) *(void **)b = b + k->size;
-  *(void **)b = NULL;
-  *head = (void *)f;
-  uint64_t held = class_carved(c) - atomic_load_explicit(&k->stored, memory_order_relaxed);
-  uint64_t peak = atomic_load_explicit(&k->peak, memory_order_relaxed);
-  while (held > peak && !atomic_compare_exchange_weak(&k->peak, &peak, held)) {}
-  return n;
+  pthread_mutex_unlock(&k->lock);
 }
 
-/* Pushes a NULL-terminated list of count blocks as one batch. */
-void class_give(unsigned c, void *head, unsigned count) {
+/* malloc_trim: the empty spans kept back go to the pool. */
+void class_trim(void) {
+  for (unsigned c = 0; c < fm_pool.nclass; c++) {
+    struct fm_class *k = &fm_pool.cls[c];
+    pthread_mutex_lock(&k->lock);
+    if (k->spare) span_retire(k, k->spare - 1);
+    k->spare = 0;
+    pthread_mutex_unlock(&k->lock);
+  }
+}
+
+void class_note(unsigned c, bool borrowed) {
   struct fm_class *k = &fm_pool.cls[c];
-  atomic_fetch_add_explicit(&k->stored, count, memory_order_relaxed);
-  uint64_t h = atomic_load_explicit(&k->store, memory_order_relaxed);
-  uint64_t idx = ptr_to_index(head);
-  do {
-    __atomic_store_n(batch_word(head), (h & FM_IDX_MASK) | ((uint64_t)count << FM_IDX_BITS), __ATOMIC_RELAXED);
-  } while (!atomic_compare_exchange_weak_explicit(&k->store, &h, idx | ((h & ~FM_IDX_MASK) + (1ull << FM_IDX_BITS)),
-                                                 memory_order_release, memory_order_relaxed));
+  pthread_mutex_lock(&k->lock);
+  if (borrowed) k->borrows++;
+  else k->exhausted++;
+  pthread_mutex_unlock(&k->lock);
 }
 
-uint64_t class_carved(unsigned c) {
+/* Fork child: a class whose lock was held at fork may be mid-change; the child abandons its
+ * spans (new epoch: blocks freed into them are left alone) and starts afresh. */
+void class_after_fork(void) {
+  for (unsigned c = 0; c < fm_pool.nclass; c++) {
+    struct fm_class *k = &fm_pool.cls[c];
+    if (pthread_mutex_trylock(&k->lock) == 0) {
+      pthread_mutex_unlock(&k->lock);
+      continue;
+    }
+    pthread_mutex_init(&k->lock, NULL);
+    k->epoch++;
+    k->bucket_map = 0;
+    k->spare = 0;
+    memset(k->bucket, 0, sizeof k->bucket);
+  }
+}
+
+void class_stats(unsigned c, struct class_stats *s) {
   struct fm_class *k = &fm_pool.cls[c];
-  return (atomic_load_explicit(&k->frontier, memory_order_relaxed) - k->start) / k->size;
+  pthread_mutex_lock(&k->lock);
+  *s = (struct class_stats){.out = k->out, .peak = k->peak, .spans = k->spans, .spans_peak = k->spans_peak,
+                            .reserve = k->reserve, .borrows = k->borrows, .exhausted = k->exhausted};
+  pthread_mutex_unlock(&k->lock);
 }
 
-/* Whole-store validator (threads quiet): every block on the store's batches lies in the
- * class's carved part on a block boundary, each batch holds as many blocks as it says, and the
- * total agrees with the counter. Walks are bounded by the counts, so a cycle is a fault, not a
- * hang. */
-static bool block_ok(const struct fm_class *k, const void *p) {
-  uintptr_t a = (uintptr_t)p;
-  return a >= k->start && a < atomic_load_explicit(&k->frontier, memory_order_relaxed) && (a - k->start) % k->size == 0;
-}
-
-int class_check_list(unsigned c, void *head, uint64_t count) {
-  const struct fm_class *k = &fm_pool.cls[c];
-  void **p = head;
-  for (uint64_t i = 0; i < count; i++, p = p[0])
-    if (!p || !block_ok(k, p)) return 1;
-  return p != NULL;
-}
-
+/* Whole-class validator (threads quiet): every span in a bucket belongs to the class and sits
+ * in the right bucket, its FREE state bytes agree with its count and with the summary. */
 int class_check(unsigned c) {
   struct fm_class *k = &fm_pool.cls[c];
-  uint64_t total = 0, carved = class_carved(c);
   int faults = 0;
-  for (uint64_t h = atomic_load(&k->store) & FM_IDX_MASK; h && total <= carved;) {
-    void *blk = class_index_to_ptr(h);
-    uint64_t w = *batch_word(blk), n = w >> FM_IDX_BITS;
-    if (!block_ok(k, blk) || class_check_list(c, blk, n)) return faults + 1;
-    total += n;
-    h = w & FM_IDX_MASK;
+  pthread_mutex_lock(&k->lock);
+  for (uint32_t b = 0; b < FM_BUCKETS; b++) {
+    if (!!k->bucket[b] != !!(k->bucket_map & (1u << b))) faults++;
+    uint32_t seen = 0;
+    for (uint32_t h = k->bucket[b]; h && seen <= k->spans; h = span_rec(h - 1)->next, seen++) {
+      uint32_t head = h - 1;
+      struct fm_run *r = span_rec(head);
+      if ((fm_pool.pmap[head] & 0xff) != c + 1 || r->bucket != b || bucket_of(k, r->nfree) != b) faults++;
+      uint32_t nfree = 0;
+      uint8_t *st = states(k, head);
+      for (uint32_t q = 0; q < k->nblocks; q++) {
+        if (st[q] > ST_CACHED) faults++;
+        if (st[q] == ST_FREE) {
+          nfree++;
+          if (!(summary(head)[q / 512] >> (q / 8 % 64) & 1)) faults++;
+        }
+      }
+      if (nfree != r->nfree) faults++;
+    }
+    if (seen > k->spans) faults++;
   }
-  if (total != atomic_load(&k->stored)) faults++;
+  pthread_mutex_unlock(&k->lock);
   return faults;
 }

@@ -1,5 +1,5 @@
 /* The fast paths: malloc that hits the thread cache, free to the own thread's cache. Everything
- * else (empty or full lists, large blocks, start-up, checking mode, memcheck, bad pointers)
+ * else (empty or full arrays, large blocks, start-up, checking mode, memcheck, bad pointers)
  * is one unlikely test away, in the noinline slow paths of api.c. */
 #ifndef FM_FAST_H
 #define FM_FAST_H
@@ -7,31 +7,40 @@
 
 static always_inline void *fm_alloc(size_t size) {
   if (likely(size < fm_pool.small_lim)) {
-    struct fm_bin *b = &fm_tc->bin[fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN]];
-    void **p = b->head;
-    if (likely(p != NULL)) {
-      b->head = p[0];
-      b->count--;
-      return p;
+    struct fm_tcache *tc = fm_tc;
+    unsigned c1 = fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN];
+    uint32_t n = tc->nc[c1].n;
+    if (likely(n != 0)) {
+      tc->nc[c1].n = --n;
+      *tc->st[c1][n] = ST_LIVE;
+      return tc->p[c1][n];
     }
   }
   return fm_malloc_slow(size);
 }
 
+/* ptr must be a block start (one multiplication by the class's magic tells, and gives the
+ * block's number q) whose state is LIVE; the freed block itself is never read or written. */
 static always_inline void fm_free(void *ptr) {
-  uintptr_t off = (uintptr_t)ptr - fm_pool.small_base;
-  /* rotating the low 4 bits to the top folds "misaligned" into "outside the small area" */
-  if (likely(((off >> 4) | (off << 60)) < fm_pool.small_units)) {
-    struct fm_bin *b = &fm_tc->bin[fm_pool.chunk_cls[off >> fm_pool.chunk_shift]];
-    void **h = b->head;
-    /* 2 <= count < limit, so h and h[0] exist; ptr must not be one of the last three blocks this
-     * thread freed to this class (a double free). Those nodes are hot: the freed block itself,
-     * likely cold, is only written, never read. */
-    if (likely(b->count - 2 < b->limit - 2 && ptr != h && ptr != h[0] && ptr != ((void **)h[0])[0])) {
-      *(void **)ptr = h;
-      b->head = ptr;
-      b->count++;
-      return;
+  uintptr_t off = (uintptr_t)ptr - fm_pool.heap_base;
+  /* rotating the low 4 bits to the top folds "misaligned" into "outside the heap" */
+  if (likely(((off >> 4) | (off << 60)) < fm_pool.heap_units)) {
+    uint64_t e = fm_pool.pmap[off >> fm_pool.chunk_shift];
+    unsigned c1 = (uint8_t)e;
+    uintptr_t span = (uintptr_t)(e >> 8);
+    uint64_t magic = fm_cf.magic[c1];
+    unsigned __int128 m = (unsigned __int128)((uintptr_t)ptr - span) * magic;
+    if (likely((uint64_t)m < magic)) {
+      uint8_t *st = (uint8_t *)span + fm_cf.st_off[c1] + (uint64_t)(m >> 64);
+      struct fm_tcache *tc = fm_tc;
+      uint32_t n = tc->nc[c1].n;
+      if (likely(*st == ST_LIVE && n < tc->nc[c1].cap)) {
+        *st = ST_CACHED;
+        tc->p[c1][n] = ptr;
+        tc->st[c1][n] = st;
+        tc->nc[c1].n = n + 1;
+        return;
+      }
     }
   }
   fm_free_slow(ptr);

@@ -1,69 +1,88 @@
-/* Functions the core's files share. Each carries its file's noun. */
+/* Functions the core's files share, floor by floor from the bottom: a file calls only the
+ * files listed above its own section. Each function carries its file's noun. */
 #ifndef FM_INTERNAL_H
 #define FM_INTERNAL_H
 #include <stddef.h>
 #include "types.h"
 
+static inline bool pool_ready(void) { return atomic_load_explicit(&fm_pool.state, memory_order_acquire) == 2; }
+
+/* fault.c: one line and abort() */
+hidden cold __attribute__((noreturn)) void fault_stop(const char *what, const void *p, int cls);
+
 /* options.c */
 hidden void options_read(struct fm_options *o);
 hidden cold __attribute__((noreturn)) void options_fail(const char *name, const char *value, const char *why);
 
+/* span.c: runs of chunks, for spans and large blocks */
+hidden void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t retain_bytes);
+hidden int64_t span_alloc(uint32_t len, unsigned owner, bool large);   /* first chunk, or -1 */
+hidden int64_t span_alloc_aligned(uint32_t len, uint32_t align_chunks);
+hidden void span_free(uint32_t i);
+hidden bool span_resize(uint32_t i, uint32_t len);
+hidden struct fm_run *span_rec(uint32_t i);
+hidden bool span_chunk_dirty(uint32_t i);
+hidden int span_trim(void);
+hidden void span_after_fork(void);
+struct span_stats { size_t used, used_peak, free, dirty, top, released, large_held; };
+hidden void span_stats(struct span_stats *s);
+hidden int span_check(void);
+
+/* large.c */
+hidden void *large_alloc(size_t size, size_t align);
+hidden void *large_calloc(size_t size);
+hidden bool large_owns(const void *p);
+hidden void large_verify(const void *p);
+hidden void large_free(void *p);
+hidden size_t large_usable(const void *p);
+hidden bool large_resize(void *p, size_t size);
+
+/* class.c: size classes, their spans, batches */
+hidden void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chunks);
+hidden unsigned class_of(size_t size);
+hidden int class_at(const void *p);   /* class of the span holding p, or -1 */
+hidden void *class_block(const void *p, unsigned c, uint8_t **st);
+hidden uint8_t *class_verify(const void *p, unsigned c);   /* state byte of LIVE block p, or stops */
+hidden uint32_t class_take(unsigned c, void **p, uint8_t **st, uint32_t want, bool grow);
+hidden void class_give(unsigned c, void *const *p, uint8_t *const *st, uint32_t n);
+hidden void class_note(unsigned c, bool borrowed);
+hidden void class_trim(void);
+hidden void class_after_fork(void);
+struct class_stats { uint64_t out, peak, spans, spans_peak, reserve, borrows, exhausted; };
+hidden void class_stats(unsigned c, struct class_stats *s);
+hidden int class_check(unsigned c);
+
+/* tcache.c: thread caches */
+hidden void tcache_setup(void);
+hidden void *tcache_alloc(unsigned c, bool borrow);
+hidden void tcache_free(void *p, unsigned c, uint8_t *st);
+hidden void tcache_trim(void);
+hidden uint64_t tcache_cached(unsigned c);
+hidden int tcache_check(void);
+
+/* block.c: a block of any size, and its release, for the API and checking mode */
+hidden void *block_alloc(size_t size);
+hidden void *block_alloc_aligned(size_t align, size_t size);
+hidden void block_free(void *p);          /* validated: stops on a bad pointer */
+hidden size_t block_usable(const void *p);
+
 /* pool.c: start-up and the bootstrap buffer */
-hidden bool pool_ready(void);
 hidden bool pool_init(void);          /* false: use the bootstrap buffer for now */
 hidden void *boot_alloc(size_t size, size_t align);
 hidden bool boot_owns(const void *p);
 hidden size_t boot_usable(const void *p);
 
-/* class.c: size classes and their shared stores */
-/* Lays the classes out from start; returns the bytes they use, 0 if small_size is too small. */
-hidden size_t class_setup(const struct fm_options *o, uintptr_t start, size_t small_size, uint8_t *cls_of,
-                          uint8_t *chunk_cls, unsigned chunk_shift);
-hidden unsigned class_of(size_t size);
-/* Class of the block holding p, or -1 when p is outside the small area. */
-hidden int class_at(const void *p);
-hidden void *class_index_to_ptr(uint64_t idx);
-hidden unsigned class_take(unsigned c, void **head);     /* a batch into head, returns its count */
-hidden void class_give(unsigned c, void *head, unsigned count);
-hidden uint64_t class_carved(unsigned c);
-hidden int class_check(unsigned c);
-hidden int class_check_list(unsigned c, void *head, uint64_t count);
-
-/* tcache.c: thread caches */
-hidden void tcache_setup(void);
-hidden void *tcache_alloc(unsigned c, bool borrow);
-hidden void tcache_free(void *p, unsigned c);
-hidden uint64_t tcache_cached(unsigned c);
-hidden int tcache_check(void);
-
-/* large.c */
-hidden void large_setup(uintptr_t base, uintptr_t end, size_t retain);
-hidden void *large_alloc(size_t size, size_t align);
-hidden void *large_calloc(size_t size);
-hidden void large_free(void *p);
-hidden bool large_owns(const void *p);
-hidden size_t large_usable(const void *p);
-hidden bool large_resize(void *p, size_t size);
-hidden int large_trim(void);
-hidden void large_after_fork(void);
-struct large_stats { size_t in_use, peak, free, top, blocks, committed_end; uintptr_t base; };
-hidden void large_stats(struct large_stats *s);
-hidden int large_check(void);
-
-/* check.c: checking mode, memcheck, misuse reports */
-hidden cold __attribute__((noreturn)) void check_fault(const char *what, const void *p, int cls);
+/* check.c: checking mode and memcheck */
 hidden void *check_malloc(size_t size, size_t align);
 hidden void check_free(void *p);
 hidden void *check_realloc(void *p, size_t size);
 hidden size_t check_usable(void *p);
 hidden void check_pool_start(void);
 
-
 /* stats.c */
 hidden void stats_setup(void);
 
 /* api.c slow paths, behind the inline fast paths of fast.h */
-hidden void *alloc_block(size_t size);
 hidden noinline void *fm_malloc_slow(size_t size);
 hidden noinline void fm_free_slow(void *p);
 #endif

@@ -82,6 +82,8 @@ static const char *opt_pool(const char *v, struct fm_options *o) {
   return NULL;
 }
 
+/* "size[:percent],...": the sizes define the classes; a percent reserves that part of the pool
+ * for the class (options_reserve turns the percents into reservations). */
 static const char *opt_classes(const char *v, struct fm_options *o) {
   const char *s = v;
   unsigned n = 0;
@@ -89,22 +91,24 @@ static const char *opt_classes(const char *v, struct fm_options *o) {
   while (*s) {
     uint64_t size = 0;
     if (n == FM_CLASS_MAX) return "too many classes (at most 64)";
-    if (*s < '0' || *s > '9') return "expected size:percent,...";
+    if (*s < '0' || *s > '9') return "expected size[:percent],...";
     for (; *s >= '0' && *s <= '9'; s++)
       if ((size = size * 10 + (uint64_t)(*s - '0')) > FM_SMALL_MAX) return "class size above 1048576";
-    if (*s++ != ':') return "expected size:percent,...";
     if (size == 0 || size % FM_ALIGN) return "class sizes must be multiples of 16";
     if (n && size <= o->class_size[n - 1]) return "class sizes must be ascending";
-    const char *why = parse_centi(&s, &o->class_bp[n]);
-    if (why) return why;
-    if (o->class_bp[n] == 0) return "every class needs a share above 0";
+    o->class_bp[n] = 0;
+    if (*s == ':') {
+      s++;
+      const char *why = parse_centi(&s, &o->class_bp[n]);
+      if (why) return why;
+    }
     sum += o->class_bp[n];
     o->class_size[n++] = (uint32_t)size;
     if (*s == ',') s++;
-    else if (*s) return "expected size:percent,...";
+    else if (*s) return "expected size[:percent],...";
   }
   if (n == 0) return "no classes";
-  if (sum != 10000) return "percentages must sum to 100";
+  if (sum > 10000) return "reservations add up to more than 100 % of the pool";
   o->nclass = n;
   return NULL;
 }
@@ -115,9 +119,24 @@ static const char *opt_large(const char *v, struct fm_options *o) {
   const char *why = parse_centi(&s, &c);
   if (why) return why;
   if (*s) return "expected a percentage";
-  if (c < 100 || c > 9900) return "expected a percentage from 1 to 99";
-  o->large_pct = c / 100;
+  o->large_bp = c;
+  o->large_set = true;
   return NULL;
+}
+
+/* Percents that add up to exactly 100 are the older syntax, shares of the part of the pool the
+ * large area does not take (FLATMALLOC_LARGE, 50 by default there): each becomes a reservation
+ * of its share of that part, so an old setting keeps the room it gave each class. Otherwise a
+ * percent is a part of the whole pool, and the reservations must fit in it. */
+static void options_reserve(struct fm_options *o, const char *classes_text) {
+  uint32_t sum = 0;
+  for (unsigned c = 0; c < o->nclass; c++) sum += o->class_bp[c];
+  if (sum == 10000) {
+    if (!o->large_set) o->large_bp = 5000;
+    for (unsigned c = 0; c < o->nclass; c++) o->class_bp[c] = (uint32_t)((uint64_t)o->class_bp[c] * (10000 - o->large_bp) / 10000);
+  } else if (sum + o->large_bp > 10000) {
+    options_fail("FLATMALLOC_CLASSES", classes_text, "reservations and FLATMALLOC_LARGE add up to more than 100 % of the pool");
+  }
 }
 
 static const char *opt_retain(const char *v, struct fm_options *o) {
@@ -134,9 +153,9 @@ static const char *opt_check(const char *v, struct fm_options *o) { return parse
 static const struct option options[] = {
   {"FLATMALLOC_POOL", "physical memory, halved until it can be reserved", opt_pool,
    "size of the one pool reserved at start-up (K, M, G, T suffixes)"},
-  {"FLATMALLOC_CLASSES", "16 B to 64 KiB, see README", opt_classes,
-   "size classes and their shares of the small area: size:percent,..."},
-  {"FLATMALLOC_LARGE", "50", opt_large, "percent of the pool for blocks above the largest class"},
+  {"FLATMALLOC_CLASSES", "16 B to 64 KiB, no reservations, see README", opt_classes,
+   "size classes, each with an optional reservation in percent of the pool: size[:percent],..."},
+  {"FLATMALLOC_LARGE", "0", opt_large, "percent of the pool reserved for blocks above the largest class"},
   {"FLATMALLOC_RETAIN", "64M", opt_retain, "free large memory kept resident before pages go back"},
   {"FLATMALLOC_PREFAULT", "0", opt_prefault, "1: commit every page of the pool at start-up"},
   {"FLATMALLOC_STATS", "0", opt_stats, "1: print statistics to stderr at exit"},
@@ -159,19 +178,14 @@ void options_fail(const char *name, const char *value, const char *why) {
   _exit(1);
 }
 
-/* Four classes per doubling from 128 B (16-byte steps below), up to 64 KiB. Shares are bytes,
- * so they lean to the larger sizes: 2 % of the small area holds 16M blocks of 16 B in the
- * default pool, far more than programs use, but only 8,000 blocks of 32 KiB. */
+/* Four classes per doubling from 128 B (16-byte steps below), up to 64 KiB; no reservations. */
 static const char default_classes[] =
-    "16:2,32:2,48:2,64:2,80:2,96:2,112:2,128:2,"
-    "160:2,192:2,224:2,256:2,320:2,384:2,448:2,512:2,"
-    "640:2,768:2,896:2,1024:2,1280:2,1536:2,1792:2,2048:2,"
-    "2560:2.5,3072:2.5,3584:2.5,4096:2.5,5120:2.5,6144:2.5,7168:2.5,8192:2.5,"
-    "10240:2.5,12288:2.5,14336:2.5,16384:2.5,20480:2.5,24576:2.5,28672:2.5,32768:2.5,"
-    "40960:3,49152:3,57344:3,65536:3";
+    "16,32,48,64,80,96,112,128,160,192,224,256,320,384,448,512,640,768,896,1024,1280,1536,1792,2048,"
+    "2560,3072,3584,4096,5120,6144,7168,8192,10240,12288,14336,16384,20480,24576,28672,32768,"
+    "40960,49152,57344,65536";
 
 void options_read(struct fm_options *o) {
-  *o = (struct fm_options){.large_pct = 50, .retain = FM_RETAIN_DEFAULT};
+  *o = (struct fm_options){.retain = FM_RETAIN_DEFAULT};
   if (opt_classes(default_classes, o)) options_fail("FLATMALLOC_CLASSES", default_classes, "bad default");
   for (char **e = environ; e && *e; e++) {
     const char *kv = *e;
@@ -194,5 +208,7 @@ void options_read(struct fm_options *o) {
                    "FLATMALLOC_RETAIN, FLATMALLOC_PREFAULT, FLATMALLOC_STATS, FLATMALLOC_CHECK)");
     const char *why = opt->parse(value, o);
     if (why) options_fail(name, value, why);
+    if (opt->parse == opt_classes) o->classes_text = value;
   }
+  options_reserve(o, o->classes_text);
 }

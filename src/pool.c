@@ -1,6 +1,6 @@
 /* Start-up: read the settings, reserve the pool, lay it out. Until that is done (the dynamic
- * loader, dlsym and our own set-up may call malloc first) requests come from a static
- * bootstrap buffer, whose blocks free() and realloc() recognise forever after. */
+ * loader, dlsym and our own set-up may call malloc first) requests come from the bootstrap
+ * buffer (boot.c). The top floor of the core below the API: it sets up every other file. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -17,91 +17,68 @@ extern char **environ;
 struct fm_pool fm_pool;
 
 enum { POOL_NONE, POOL_STARTING, POOL_READY };
-static _Atomic int pool_state;
 static __thread bool pool_starting;   /* this thread is inside pool_init */
-
-/* ---- bootstrap buffer ------------------------------------------------------------------- */
-/* Each block is preceded by a 16-byte header holding its size; blocks are never reused. */
-static _Alignas(4096) char boot[FM_BOOT_BYTES];
-static _Atomic size_t boot_used;
-
-void *boot_alloc(size_t size, size_t align) {
-  if (align < FM_ALIGN) align = FM_ALIGN;
-  if (size > FM_BOOT_BYTES || align > FM_BOOT_BYTES) goto full;
-  size_t need = (size + FM_ALIGN - 1) & ~(size_t)(FM_ALIGN - 1);
-  size_t old = atomic_load(&boot_used), at;
-  do {
-    at = ((uintptr_t)boot + old + FM_ALIGN + align - 1) / align * align - (uintptr_t)boot;
-    if (at + need > FM_BOOT_BYTES) goto full;
-  } while (!atomic_compare_exchange_weak(&boot_used, &old, at + need));
-  ((size_t *)(boot + at))[-1] = need;
-  return boot + at;
-full:
-  errno = ENOMEM;
-  return NULL;
-}
-
-bool boot_owns(const void *p) { return (uintptr_t)p - (uintptr_t)boot < FM_BOOT_BYTES; }
-size_t boot_usable(const void *p) { return ((const size_t *)p)[-1]; }
 
 /* ---- layout ----------------------------------------------------------------------------- */
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
 
+#define POOL_ALIGN (2u << 20)
+
+static cold __attribute__((noreturn)) void too_small(size_t size) {
+  char v[32];
+  struct fmt f = {v, sizeof v, 0};
+  fmt_u64(&f, size, 0);
+  fmt_end(&f);
+  options_fail("FLATMALLOC_POOL", fm_pool.opt.pool_text ? fm_pool.opt.pool_text : v,
+               "pool too small (it needs room for its tables and one span of the largest class)");
+}
+
+/* [ pmap | run records | pages bitmap | size -> class | thread cache slots ] heap ...
+ * The meta part is sized for the whole pool; the heap starts on a 2 MiB boundary after it, so
+ * every chunk, and every span, is aligned to the chunk size. */
 static void pool_layout(void *mem, size_t size) {
   struct fm_pool *P = &fm_pool;
   struct fm_options *o = &P->opt;
   unsigned shift = FM_CHUNK_SHIFT_MIN;
   while ((size >> shift) > FM_CHUNKS_MAX) shift++;
-  size_t chunk = (size_t)1 << shift;
-  size_t max_size = o->class_size[o->nclass - 1];
-
-  /* meta: chunk table, size -> class table, thread cache slots */
   size_t nchunks = size >> shift;
-  size_t ntab = max_size / FM_ALIGN + 1;
-  size_t slots = size / (64u << 10);
-  if (slots < 64) slots = 64;
-  if (slots > 32768) slots = 32768;
-  size_t slot_off = align_up(nchunks + ntab, 64);
-  size_t meta = align_up(slot_off + slots * sizeof(struct fm_tcache), chunk);
-
+  size_t slots = size / (4u << 20);
+  if (slots < 16) slots = 16;
+  if (slots > FM_SLOTS_MAX) slots = FM_SLOTS_MAX;
+  size_t ntab = o->class_size[o->nclass - 1] / FM_ALIGN + 1;
+  size_t pmap_off = 0, rec_off = align_up(pmap_off + nchunks * 8, 64);
+  size_t pages_off = align_up(rec_off + nchunks * sizeof(struct fm_run), 64);
+  size_t tab_off = align_up(pages_off + (nchunks + 63) / 64 * 8, 64);
+  size_t slot_off = align_up(tab_off + ntab, 64);
+  size_t meta = align_up(slot_off + slots * sizeof(struct fm_tcache), POOL_ALIGN);
+  if (meta >= size) too_small(size);
   uintptr_t base = (uintptr_t)mem;
-  if (P->lazy_commit && !os_commit(mem, meta < size ? meta : size))
-    options_fail("FLATMALLOC_POOL", o->pool_text ? o->pool_text : "(default)",
-                 "the commit limit (vm.overcommit_memory=2) refused the pool's tables");
-  size_t rest = meta < size ? (size & ~(chunk - 1)) - meta : 0;   /* meta is whole chunks */
-  size_t large = (size_t)((unsigned __int128)rest * o->large_pct / 100) & ~(chunk - 1);
-  size_t small = rest - large;
-
   P->base = base;
   P->size = size;
   P->chunk_shift = shift;
+  P->heap_base = base + meta;
+  uint32_t heap_chunks = (uint32_t)((size - meta) >> shift);
+  P->heap_size = (size_t)heap_chunks << shift;
+  /* strict overcommit: the size -> class table now; the per-chunk tables as the heap grows
+   * (span.c), a thread's slot when the thread takes it (tcache.c) */
+  size_t page = os_page_size(), tab_lo = tab_off & ~(page - 1);
+  if (P->lazy_commit && !os_commit((void *)(base + tab_lo), align_up(slot_off, page) - tab_lo))
+    options_fail("FLATMALLOC_POOL", o->pool_text ? o->pool_text : "(default)",
+                 "the commit limit (vm.overcommit_memory=2) refused the pool's tables");
+  P->pmap = (const uint64_t *)(base + pmap_off);
   P->slots = (struct fm_tcache *)(base + slot_off);
   P->slots_max = (uint32_t)slots;
-  /* the chunk table covers the whole pool; the fast path indexes it from small_base */
-  uint8_t *chunk_cls = (uint8_t *)base + meta / chunk;
-  uint8_t *cls_of = (uint8_t *)base + nchunks;
-  P->small_base = base + meta;
-  small = class_setup(o, P->small_base, small, cls_of, chunk_cls, shift);
-  if (!small) {
-    char v[32];
-    struct fmt f = {v, sizeof v, 0};
-    fmt_u64(&f, size, 0);
-    fmt_end(&f);
-    options_fail("FLATMALLOC_POOL", o->pool_text ? o->pool_text : v, "pool too small for the classes (each class needs two batches)");
-  }
-  P->small_size = small;
-  P->cls_of = cls_of;
-  P->chunk_cls = chunk_cls;
-  P->small_max = max_size;
   P->nclass = o->nclass;
+  P->small_max = o->class_size[o->nclass - 1];
   P->key = os_random();
-  large_setup(P->small_base + small, base + (size & ~(chunk - 1)), o->retain);
+  uint8_t *cls_of = (uint8_t *)(base + tab_off);
+  class_setup(o, cls_of, heap_chunks);
+  P->cls_of = cls_of;
+  if (heap_chunks < P->cls[o->nclass - 1].span_chunks) too_small(size);
+  span_setup((struct fm_run *)(base + rec_off), (uint64_t *)(base + pages_off), heap_chunks, o->retain);
 }
 
-/* Reserves size bytes starting on a 2 MiB boundary (so every chunk, and every class region, is
- * aligned to its own size: blocks of a 4096-byte class are page-aligned). The slack before the
- * boundary stays unused; it is never touched, so it costs nothing. */
-#define POOL_ALIGN (2u << 20)
+/* Reserves size bytes starting on a 2 MiB boundary; the slack before it is never touched. */
 static void *pool_map(size_t size, bool prefault) {
   uintptr_t mem = (uintptr_t)os_reserve(size + POOL_ALIGN, prefault, !fm_pool.lazy_commit);
   return mem ? (void *)((mem + POOL_ALIGN - 1) & ~(uintptr_t)(POOL_ALIGN - 1)) : NULL;
@@ -142,29 +119,32 @@ static void pool_start(void) {
    * they are, with no extra test. */
   check_pool_start();
   if (!P->checked) {
-    P->small_units = P->small_size / FM_ALIGN;
+    P->heap_units = P->heap_size / FM_ALIGN;
     P->small_lim = P->small_max + 1;
   }
 }
 
-bool pool_ready(void) { return atomic_load_explicit(&pool_state, memory_order_acquire) == POOL_READY; }
+/* In a forked child only the forking thread exists: other threads' cache slots and their
+ * blocks are left as they were (never reused; copy-on-write makes that free). A class or the
+ * heap whose lock another thread held at the fork is abandoned and starts afresh. */
+static void pool_after_fork(void) {
+  span_after_fork();
+  class_after_fork();
+}
 
 bool pool_init(void) {
-  int s = atomic_load_explicit(&pool_state, memory_order_acquire);
+  int s = atomic_load_explicit(&fm_pool.state, memory_order_acquire);
   if (s == POOL_READY) return true;
   if (pool_starting || !environ) return false;
-  if (s == POOL_NONE && atomic_compare_exchange_strong(&pool_state, &s, POOL_STARTING)) {
+  if (s == POOL_NONE && atomic_compare_exchange_strong(&fm_pool.state, &s, POOL_STARTING)) {
     pool_starting = true;
     pool_start();
     pool_starting = false;
-    atomic_store_explicit(&pool_state, POOL_READY, memory_order_release);
-    /* In a forked child only the forking thread exists: other threads' cache slots and their
-     * blocks are left as they were (never reused; copy-on-write makes that free), and the
-     * class stores are consistent at any instant. Only the large area may need repair. */
-    pthread_atfork(NULL, NULL, large_after_fork);   /* may allocate: the pool is ready now */
+    atomic_store_explicit(&fm_pool.state, POOL_READY, memory_order_release);
+    pthread_atfork(NULL, NULL, pool_after_fork);   /* may allocate: the pool is ready now */
     return true;
   }
-  while (atomic_load_explicit(&pool_state, memory_order_acquire) != POOL_READY) sched_yield();
+  while (atomic_load_explicit(&fm_pool.state, memory_order_acquire) != POOL_READY) sched_yield();
   return true;
 }
 

@@ -7,30 +7,22 @@
 #include "internal.h"
 #include "os.h"
 
-struct class_stats {
-  uint64_t carved, in_use, peak, share_centi, borrows, exhausted;
+struct cstat {
+  struct class_stats s;
+  uint64_t in_use;
 };
 
-static void class_stats(unsigned c, struct class_stats *s) {
-  struct fm_class *k = &fm_pool.cls[c];
-  uint64_t stored = atomic_load_explicit(&k->stored, memory_order_relaxed);
+static void cstat(unsigned c, struct cstat *x) {
+  class_stats(c, &x->s);
   uint64_t cached = tcache_cached(c);
-  s->carved = class_carved(c);
-  s->in_use = s->carved > stored + cached ? s->carved - stored - cached : 0;
-  s->peak = atomic_load_explicit(&k->peak, memory_order_relaxed);
-  if (s->peak < s->in_use) s->peak = s->in_use;
-  s->share_centi = (k->end > k->start) ? s->carved * k->size * 10000 / (k->end - k->start) : 0;
-  s->borrows = atomic_load_explicit(&k->borrows, memory_order_relaxed);
-  s->exhausted = atomic_load_explicit(&k->exhausted, memory_order_relaxed);
+  x->in_use = x->s.out > cached ? x->s.out - cached : 0;
 }
 
-static size_t committed(const struct large_stats *ls) {
-  size_t n = os_resident((void *)fm_pool.base, fm_pool.small_base - fm_pool.base);
-  for (unsigned c = 0; c < fm_pool.nclass; c++) {
-    struct fm_class *k = &fm_pool.cls[c];
-    n += os_resident((void *)k->start, atomic_load_explicit(&k->frontier, memory_order_relaxed) - k->start);
-  }
-  return n + os_resident((void *)ls->base, ls->committed_end - ls->base);
+static size_t committed(void) {
+  struct span_stats ss;
+  span_stats(&ss);
+  return os_resident((void *)fm_pool.base, fm_pool.heap_base - fm_pool.base) +
+         os_resident((void *)fm_pool.heap_base, ss.top);
 }
 
 static void line_start(struct fmt *f, int pid) {
@@ -53,45 +45,48 @@ static void line_flush(struct fmt *f) {
   f->len = 0;
 }
 
+static void field(struct fmt *f, const char *name, uint64_t v) {
+  fmt_str(f, name);
+  fmt_u64(f, v, 0);
+}
+
 void flatmalloc_stats_print(void) {
   if (!pool_ready()) return;
   char buf[256];
   struct fmt f = {buf, sizeof buf, 0};
   int pid = os_getpid();
+  size_t chunk = (size_t)1 << fm_pool.chunk_shift;
   line_start(&f, pid);
-  fmt_str(&f, "class    size     in_use       peak  share%  borrows  exhausted");
+  fmt_str(&f, "class    size     in_use       peak    spans  peak_spans  reserved  borrows  exhausted");
   line_flush(&f);
   for (unsigned c = 0; c < fm_pool.nclass; c++) {
-    struct class_stats s;
-    class_stats(c, &s);
-    if (!s.peak && !s.exhausted && !s.borrows) continue;
+    struct cstat x;
+    cstat(c, &x);
+    if (!x.s.peak && !x.s.exhausted && !x.s.borrows && !x.s.reserve) continue;
     line_start(&f, pid);
     fmt_u64(&f, c, 5);
     fmt_u64(&f, fm_pool.cls[c].size, 8);
-    fmt_u64(&f, s.in_use, 11);
-    fmt_u64(&f, s.peak, 11);
-    fmt_centi(&f, s.share_centi, 8);
-    fmt_u64(&f, s.borrows, 9);
-    fmt_u64(&f, s.exhausted, 11);
+    fmt_u64(&f, x.in_use, 11);
+    fmt_u64(&f, x.s.peak, 11);
+    fmt_u64(&f, x.s.spans, 9);
+    fmt_u64(&f, x.s.spans_peak, 12);
+    fmt_u64(&f, x.s.reserve * chunk, 10);
+    fmt_u64(&f, x.s.borrows, 9);
+    fmt_u64(&f, x.s.exhausted, 11);
     line_flush(&f);
   }
-  struct large_stats ls;
-  large_stats(&ls);
+  struct span_stats ss;
+  span_stats(&ss);
   line_start(&f, pid);
-  fmt_str(&f, "large in_use=");
-  fmt_u64(&f, ls.in_use, 0);
-  fmt_str(&f, " peak=");
-  fmt_u64(&f, ls.peak, 0);
-  fmt_str(&f, " free=");
-  fmt_u64(&f, ls.free, 0);
-  fmt_str(&f, " blocks=");
-  fmt_u64(&f, ls.blocks, 0);
+  field(&f, "large in_use=", ss.large_held);
   line_flush(&f);
   line_start(&f, pid);
-  fmt_str(&f, "pool reserved=");
-  fmt_u64(&f, fm_pool.size, 0);
-  fmt_str(&f, " committed=");
-  fmt_u64(&f, committed(&ls), 0);
+  field(&f, "pool reserved=", fm_pool.size);
+  field(&f, " in_use=", ss.used);
+  field(&f, " peak=", ss.used_peak);
+  field(&f, " free_with_pages=", ss.dirty);
+  field(&f, " committed=", committed());
+  field(&f, " returned=", ss.released);
   line_flush(&f);
 }
 
@@ -101,40 +96,30 @@ size_t flatmalloc_stats_json(char *buf, size_t size) {
     fmt_str(&f, "{}");
     return fmt_end(&f);
   }
-  struct large_stats ls;
-  large_stats(&ls);
-  fmt_str(&f, "{\"pid\":");
-  fmt_u64(&f, (unsigned)os_getpid(), 0);
-  fmt_str(&f, ",\"pool\":{\"reserved\":");
-  fmt_u64(&f, fm_pool.size, 0);
-  fmt_str(&f, ",\"committed\":");
-  fmt_u64(&f, committed(&ls), 0);
+  struct span_stats ss;
+  span_stats(&ss);
+  size_t chunk = (size_t)1 << fm_pool.chunk_shift;
+  field(&f, "{\"pid\":", (unsigned)os_getpid());
+  field(&f, ",\"pool\":{\"reserved\":", fm_pool.size);
+  field(&f, ",\"committed\":", committed());
+  field(&f, ",\"in_use\":", ss.used);
+  field(&f, ",\"peak\":", ss.used_peak);
+  field(&f, ",\"free_with_pages\":", ss.dirty);
+  field(&f, ",\"returned\":", ss.released);
+  field(&f, ",\"chunk\":", chunk);
   fmt_str(&f, "},\"classes\":[");
   for (unsigned c = 0; c < fm_pool.nclass; c++) {
-    struct class_stats s;
-    class_stats(c, &s);
-    static const char *const keys[] = {",\"in_use\":", ",\"peak\":", ",\"borrows\":", ",\"exhausted\":"};
-    uint64_t vals[] = {s.in_use, s.peak, s.borrows, s.exhausted};
-    fmt_str(&f, c ? ",{\"class\":" : "{\"class\":");
-    fmt_u64(&f, c, 0);
-    fmt_str(&f, ",\"size\":");
-    fmt_u64(&f, fm_pool.cls[c].size, 0);
-    for (unsigned i = 0; i < 4; i++) {
-      fmt_str(&f, keys[i]);
-      fmt_u64(&f, vals[i], 0);
-    }
-    fmt_str(&f, ",\"share_used\":");
-    fmt_centi(&f, s.share_centi, 0);
+    struct cstat x;
+    cstat(c, &x);
+    static const char *const keys[] = {",\"in_use\":", ",\"peak\":", ",\"spans\":", ",\"peak_spans\":",
+                                       ",\"reserved\":", ",\"borrows\":", ",\"exhausted\":"};
+    uint64_t vals[] = {x.in_use, x.s.peak, x.s.spans, x.s.spans_peak, x.s.reserve * chunk, x.s.borrows, x.s.exhausted};
+    field(&f, c ? ",{\"class\":" : "{\"class\":", c);
+    field(&f, ",\"size\":", fm_pool.cls[c].size);
+    for (unsigned i = 0; i < sizeof vals / sizeof vals[0]; i++) field(&f, keys[i], vals[i]);
     fmt_str(&f, "}");
   }
-  fmt_str(&f, "],\"large\":{\"in_use\":");
-  fmt_u64(&f, ls.in_use, 0);
-  fmt_str(&f, ",\"peak\":");
-  fmt_u64(&f, ls.peak, 0);
-  fmt_str(&f, ",\"free\":");
-  fmt_u64(&f, ls.free, 0);
-  fmt_str(&f, ",\"blocks\":");
-  fmt_u64(&f, ls.blocks, 0);
+  field(&f, "],\"large\":{\"in_use\":", ss.large_held);
   fmt_str(&f, "}}");
   return fmt_end(&f);
 }
@@ -143,20 +128,19 @@ struct mallinfo2 flatmalloc_mallinfo2(void) {
   struct mallinfo2 mi;
   memset(&mi, 0, sizeof mi);
   if (!pool_ready()) return mi;
-  size_t used = 0, held = 0;
+  size_t used = 0;
   for (unsigned c = 0; c < fm_pool.nclass; c++) {
-    struct class_stats s;
-    class_stats(c, &s);
-    used += s.in_use * fm_pool.cls[c].size;
-    held += s.carved * fm_pool.cls[c].size;
+    struct cstat x;
+    cstat(c, &x);
+    used += x.in_use * fm_pool.cls[c].size;
   }
-  struct large_stats ls;
-  large_stats(&ls);
-  mi.arena = held + ls.top;
-  mi.uordblks = used + ls.in_use;
+  struct span_stats ss;
+  span_stats(&ss);
+  mi.arena = ss.used + ss.free;
+  mi.uordblks = used + ss.large_held;
   mi.fordblks = mi.arena - mi.uordblks;
-  mi.ordblks = (size_t)ls.blocks;
-  mi.keepcost = ls.free;
+  mi.hblkhd = ss.large_held;
+  mi.keepcost = ss.dirty;
   return mi;
 }
 
@@ -165,7 +149,7 @@ struct mallinfo flatmalloc_mallinfo(void) {
   struct mallinfo mi;
   memset(&mi, 0, sizeof mi);
   mi.arena = (int)m2.arena;
-  mi.ordblks = (int)m2.ordblks;
+  mi.hblkhd = (int)m2.hblkhd;
   mi.uordblks = (int)m2.uordblks;
   mi.fordblks = (int)m2.fordblks;
   mi.keepcost = (int)m2.keepcost;

@@ -1,11 +1,12 @@
 /* Thread caches: the slow paths behind fast.h (refill, flush), slot recycling and thread exit. */
 #include <errno.h>
 #include <pthread.h>
+#include <string.h>
 
 #include "internal.h"
-#include "vg.h"
+#include "os.h"
 
-/* Every thread starts on this empty cache: its lists are empty and its limits 0, so the first
+/* Every thread starts on this empty cache: its arrays are empty and their caps 0, so the first
  * malloc and the first free of a thread take the slow path, which gives it a slot. */
 struct fm_tcache fm_tc_empty;
 __thread struct fm_tcache *fm_tc __attribute__((tls_model("initial-exec"))) = &fm_tc_empty;
@@ -27,8 +28,13 @@ static struct fm_tcache *slot_pop(void) {
   do {
     if (i >= fm_pool.slots_max) return NULL;
   } while (!atomic_compare_exchange_weak(&fm_pool.slots_used, &i, i + 1));
-  fm_pool.slots[i].index = i;
-  return &fm_pool.slots[i];
+  struct fm_tcache *s = &fm_pool.slots[i];
+  if (fm_pool.lazy_commit) {
+    uintptr_t page = os_page_size(), a = (uintptr_t)s & ~(page - 1);
+    if (!os_commit((void *)a, (((uintptr_t)(s + 1) + page - 1) & ~(page - 1)) - a)) return NULL;
+  }
+  s->index = i;
+  return s;
 }
 
 static void slot_push(struct fm_tcache *s) {
@@ -39,22 +45,20 @@ static void slot_push(struct fm_tcache *s) {
                                                 memory_order_release, memory_order_relaxed));
 }
 
-/* Hands every cached block back to the stores. */
-static void tcache_flush_all(struct fm_tcache *tc) {
-  for (unsigned c = 0; c < fm_pool.nclass; c++) {
-    struct fm_bin *b = &tc->bin[c];
-    if (b->count) class_give(c, b->head, b->count);
-    if (b->spare_count) class_give(c, b->spare, b->spare_count);
-    *b = (struct fm_bin){.limit = b->limit};
-  }
+/* Gives the oldest n cached blocks of class c back to the class. */
+static void bin_flush(struct fm_tcache *tc, unsigned c, uint32_t n) {
+  unsigned c1 = c + 1;
+  class_give(c, tc->p[c1], tc->st[c1], n);
+  uint32_t left = tc->nc[c1].n -= n;
+  memmove(tc->p[c1], tc->p[c1] + n, left * sizeof tc->p[c1][0]);
+  memmove(tc->st[c1], tc->st[c1] + n, left * sizeof tc->st[c1][0]);
 }
 
 static void tcache_exit(void *v) {
   struct fm_tcache *tc = v;
   fm_tc = &fm_tc_empty;
-  VALGRIND_DISABLE_ERROR_REPORTING;   /* the lists' links live in no-access blocks */
-  tcache_flush_all(tc);
-  VALGRIND_ENABLE_ERROR_REPORTING;
+  for (unsigned c = 0; c < fm_pool.nclass; c++)
+    if (tc->nc[c + 1].n) bin_flush(tc, c, tc->nc[c + 1].n);
   atomic_store_explicit((_Atomic uint32_t *)&tc->live, 0, memory_order_relaxed);
   slot_push(tc);
 }
@@ -62,84 +66,78 @@ static void tcache_exit(void *v) {
 void tcache_setup(void) { pthread_key_create(&tcache_key, tcache_exit); }
 
 /* Gives the calling thread a slot. NULL when every slot is taken: the thread then works
- * directly on the stores, one block at a time. */
+ * directly on the classes, one block at a time. */
 static struct fm_tcache *tcache_attach(void) {
   struct fm_tcache *tc = slot_pop();
   if (!tc) return NULL;
-  for (unsigned c = 0; c < fm_pool.nclass; c++)
-    tc->bin[c] = (struct fm_bin){.limit = fm_pool.small_units ? fm_pool.cls[c].batch : 0};
+  for (unsigned c = 0; c < fm_pool.nclass; c++) {
+    tc->nc[c + 1].n = 0;
+    tc->nc[c + 1].cap = fm_pool.heap_units ? 2 * fm_pool.cls[c].batch : 0;
+  }
   tc->live = 1;
   fm_tc = tc;
   pthread_setspecific(tcache_key, tc);
   return tc;
 }
 
-/* ---- refill ------------------------------------------------------------------------------ */
-static void *bin_pop(struct fm_bin *b) {
-  void **p = b->head;
-  b->head = p[0];
-  b->count--;
-  return p;
-}
-
-/* One block of class c for the calling thread; with borrow, a full class takes a block of one
- * of the next FM_BORROW_STEPS larger classes. NULL with errno ENOMEM when none has one. */
-void *tcache_alloc(unsigned c, bool borrow) {
+static struct fm_tcache *tcache_mine(void) {
   struct fm_tcache *tc = fm_tc;
   if (tc == &fm_tc_empty && !(tc = tcache_attach())) tc = &fm_tc_empty;
+  return tc;
+}
+
+/* ---- refill ------------------------------------------------------------------------------ */
+/* One block of class c, LIVE; with borrow, a class that cannot grow takes a free block of one
+ * of the next FM_BORROW_STEPS larger classes. NULL with errno ENOMEM when none has one. */
+void *tcache_alloc(unsigned c, bool borrow) {
+  struct fm_tcache *tc = tcache_mine();
   unsigned last = c + (borrow ? FM_BORROW_STEPS : 0);
   if (last >= fm_pool.nclass) last = fm_pool.nclass - 1;
   for (unsigned k = c; k <= last; k++) {
-    struct fm_bin *b = &tc->bin[k];
-    if (!b->head && b->spare) {
-      b->head = b->spare;
-      b->count = b->spare_count;
-      b->spare = NULL;
-      b->spare_count = 0;
+    unsigned k1 = k + 1;
+    void *p;
+    uint8_t *st;
+    if (tc->nc[k1].cap) {
+      if (!tc->nc[k1].n) tc->nc[k1].n = class_take(k, tc->p[k1], tc->st[k1], fm_pool.cls[k].batch, k == c);
+      if (!tc->nc[k1].n) goto next;
+      uint32_t n = --tc->nc[k1].n;
+      p = tc->p[k1][n];
+      st = tc->st[k1][n];
+    } else if (!class_take(k, &p, &st, 1, k == c)) {
+      goto next;
     }
-    if (!b->head) {
-      void *head;
-      unsigned n = class_take(k, &head);
-      if (!n) {
-        if (k == c) atomic_fetch_add_explicit(&fm_pool.cls[c].exhausted, 1, memory_order_relaxed);
-        continue;
-      }
-      if (tc == &fm_tc_empty) {   /* no slot: keep one block, return the rest */
-        void *rest = *(void **)head;
-        if (rest) class_give(k, rest, n - 1);
-        return head;
-      }
-      b->head = head;
-      b->count = n;
-    }
-    if (k != c) atomic_fetch_add_explicit(&fm_pool.cls[k].borrows, 1, memory_order_relaxed);
-    return bin_pop(b);
+    *st = ST_LIVE;
+    if (k != c) class_note(k, true);
+    return p;
+  next:
+    if (k == c) class_note(c, false);
   }
   errno = ENOMEM;
   return NULL;
 }
 
 /* ---- flush ------------------------------------------------------------------------------- */
-/* free() of a block of class c whose list is full (or the thread has no slot yet). */
-void tcache_free(void *p, unsigned c) {
-  struct fm_tcache *tc = fm_tc;
-  if (tc == &fm_tc_empty) tc = tcache_attach();
-  struct fm_bin *b = tc ? &tc->bin[c] : NULL;
-  if (!b || !b->limit) {   /* no slot, or checking or memcheck mode: no caching */
-    ((void **)p)[0] = NULL;
-    class_give(c, p, 1);
+/* free() of LIVE block p of class c (st its state byte) when the fast path could not take it. */
+void tcache_free(void *p, unsigned c, uint8_t *st) {
+  struct fm_tcache *tc = tcache_mine();
+  unsigned c1 = c + 1;
+  *st = ST_CACHED;
+  if (!tc->nc[c1].cap) {   /* no slot, or checking or memcheck mode: no caching */
+    class_give(c, &p, &st, 1);
     return;
   }
-  if (b->count >= b->limit) {
-    if (b->spare_count) class_give(c, b->spare, b->spare_count);
-    b->spare = b->head;
-    b->spare_count = b->count;
-    b->head = NULL;
-    b->count = 0;
-  }
-  ((void **)p)[0] = b->head;
-  b->head = p;
-  b->count++;
+  if (tc->nc[c1].n >= tc->nc[c1].cap) bin_flush(tc, c, tc->nc[c1].cap / 2);
+  uint32_t n = tc->nc[c1].n++;
+  tc->p[c1][n] = p;
+  tc->st[c1][n] = st;
+}
+
+/* malloc_trim: the calling thread's cached blocks go back to their spans. */
+void tcache_trim(void) {
+  struct fm_tcache *tc = fm_tc;
+  if (tc == &fm_tc_empty) return;
+  for (unsigned c = 0; c < fm_pool.nclass; c++)
+    if (tc->nc[c + 1].n) bin_flush(tc, c, tc->nc[c + 1].n);
 }
 
 /* Blocks of class c sitting in thread caches (read without the threads' help: approximate
@@ -147,22 +145,26 @@ void tcache_free(void *p, unsigned c) {
 uint64_t tcache_cached(unsigned c) {
   uint64_t n = 0;
   uint32_t used = atomic_load_explicit(&fm_pool.slots_used, memory_order_relaxed);
-  for (uint32_t i = 0; i < used; i++) {
-    struct fm_bin *b = &fm_pool.slots[i].bin[c];
-    n += __atomic_load_n(&b->count, __ATOMIC_RELAXED) + __atomic_load_n(&b->spare_count, __ATOMIC_RELAXED);
-  }
+  for (uint32_t i = 0; i < used; i++) n += __atomic_load_n(&fm_pool.slots[i].nc[c + 1].n, __ATOMIC_RELAXED);
   return n;
 }
 
-/* Every live slot's lists are well formed and as long as their counts say. */
+/* Every live slot's entries are blocks of the bin's class in state CACHED, each once. */
 int tcache_check(void) {
   int faults = 0;
   uint32_t used = atomic_load_explicit(&fm_pool.slots_used, memory_order_relaxed);
   for (uint32_t i = 0; i < used; i++)
     for (unsigned c = 0; c < fm_pool.nclass; c++) {
-      struct fm_bin *b = &fm_pool.slots[i].bin[c];
-      faults += class_check_list(c, b->head, b->count) + class_check_list(c, b->spare, b->spare_count);
+      struct fm_tcache *tc = &fm_pool.slots[i];
+      unsigned c1 = c + 1;
+      if (tc->nc[c1].n > tc->nc[c1].cap) faults++;
+      for (uint32_t j = 0; j < tc->nc[c1].n && j < FM_CACHE_MAX; j++) {
+        uint8_t *st;
+        void *p = tc->p[c1][j];
+        if (class_at(p) != (int)c || class_block(p, c, &st) != p || st != tc->st[c1][j] ||
+            *st != ST_CACHED)
+          faults++;
+      }
     }
   return faults;
 }
-

@@ -1,38 +1,55 @@
 /* flatmalloc core types. Read this first.
  *
- * POOL. At start-up the allocator reserves one contiguous region of address space (fm_pool.base,
- * fm_pool.size) and never asks the system for memory again. The pool is laid out as
+ * POOL. At start-up the allocator reserves one contiguous region of address space and never
+ * asks the system for memory again:
  *
- *     [ meta | class 0 region | class 1 region | ... | class N-1 region | large area ]
- *              ^ small_base                                            ^ large.base
+ *     [ meta | heap: chunk 0 | chunk 1 | ...                                  | chunk N-1 ]
+ *       ^ base  ^ heap_base                                     ^ top: never handed out above
  *
- * Every region starts on a chunk boundary (chunk = 2^chunk_shift bytes, at least 64 KiB). The
- * meta area holds the chunk table (chunk -> class, so free() finds a block's class from its
- * address with one byte load), the size -> class table, and the thread cache slots.
+ * The heap is cut into chunks (2^chunk_shift bytes, 8 KiB or more). The meta area holds, per
+ * chunk, a page-map word (which class owns it, how far it is from its span's first chunk) and
+ * a run record; plus the size -> class table and the thread cache slots. No allocator metadata
+ * lives in free memory: a stray write into a freed block can corrupt nothing but that block.
  *
- * CLASS REGION. Each size class owns a fixed share of the pool (FLATMALLOC_CLASSES) and cuts it
- * into blocks of one size. Blocks are handed out from a bump frontier the first time, and after
- * that circulate through the class's shared store: a lock-free stack of batches. A batch is a
- * NULL-terminated singly-linked list of free blocks (word 0 of each block links to the next);
- * the first block's word 1 packs the next batch's index and the batch's block count. The store
- * head is a tagged index (40-bit block index, 24-bit ABA tag) so one compare-and-swap moves a
- * whole batch, and a fork at any instant leaves the child a consistent store.
+ * RUN (span.c). The heap is handed out in runs of whole chunks, to a size class (a span) or to
+ * one large block. Free runs are indexed by length with TLSF bitmaps (O(1) good fit), merge
+ * with free neighbours on release (O(1), via the records of a run's first and last chunk), and
+ * wait in a FIFO, oldest first, until their pages go back to the system (madvise) once the free
+ * memory that still holds pages passes the retained budget. Any run may become any span or
+ * large block: no class owns memory, except that a class (or the large area) may hold a
+ * reservation that the others cannot take.
  *
- * THREAD CACHE. Each thread owns a slot (struct fm_tcache) holding, per class, a free list and
- * its length, plus one spare batch. malloc pops and free pushes there with plain loads and
- * stores. Batches move between the cache and the store whole, in O(1) (struct fm_bin). A free from any thread goes to the freeing thread's own cache: a block freed by another
- * thread costs the same as a local one. A thread that exits hands its lists back to the stores.
+ * SPAN (class.c). A span holds n blocks of one class from its first byte (so a block aligned to
+ * its size stays aligned), followed by n state bytes, one per block:
  *
- * LARGE BLOCK. Requests above the largest class come from the large area: blocks with a
- * 16-byte boundary-tag header, managed by a two-level segregated fit (TLSF) index with bitmaps:
- * O(1) good fit, O(1) coalescing with both neighbours, and a bump "top" for untouched space.
+ *     [ block 0 | block 1 | ... | block n-1 | st[0] ... st[n-1] | slack ]
  *
- * Memory therefore flows: pool -> class frontier -> thread cache <-> class store, or
- * pool -> large top -> large block <-> large free lists. Nothing flows back to the system except
- * the pages of free large blocks (madvise), as README.md describes. */
+ * A state is FREE (in the span, 0: fresh memory needs no set-up), CACHED (in a thread cache)
+ * or LIVE (the program's). Block q of a span is found from an address by one multiplication by
+ * the class's magic (q = high half, and the low half < magic iff the address is a block start).
+ * The class keeps its spans with free blocks in occupancy buckets and hands out blocks from the
+ * fullest span first, so nearly empty spans drain and go back to the pool; a span whose blocks
+ * are all free returns to the heap at once. Span fields live in the run record of its first
+ * chunk and, for the free-word summary, of its second.
+ *
+ * THREAD CACHE (tcache.c, fast paths in fast.h). Per class, an array of free blocks and of
+ * their state bytes. malloc pops and marks LIVE; free checks the block's state is LIVE, marks
+ * it CACHED and pushes, with plain loads and stores. A full array gives half to the class, an
+ * empty one takes a batch: O(batch), under the class's lock. So a double free is caught
+ * whether the block sits in any thread's cache or in its span, and a pointer that is not a
+ * block start, or was never handed out, is refused before it reaches a cache.
+ *
+ * LARGE BLOCK (large.c). A request above the largest class is a run of its own: the block
+ * starts on a chunk boundary, its size and state are in the run record, never beside it.
+ *
+ * Memory flows: heap run -> span -> class buckets <-> thread cache <-> program, or heap run ->
+ * large block -> program; and back: a span with no block out, or a freed large block, is a
+ * free run again, and its pages go back to the system when the oldest free memory passes the
+ * budget (FLATMALLOC_RETAIN) or on malloc_trim. */
 #ifndef FM_TYPES_H
 #define FM_TYPES_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -52,90 +69,126 @@
 #define FM_SMALL_MAX (1u << 20)      /* largest class size allowed */
 #define FM_BATCH_BYTES (32u << 10)   /* a batch holds about this many bytes ... */
 #define FM_BATCH_MIN 4u              /* ... but never fewer blocks than this */
-#define FM_BATCH_MAX 64u             /* ... nor more than this */
-#define FM_BORROW_STEPS 8u           /* a full class tries this many larger classes (two doublings) */
+#define FM_BATCH_MAX 32u             /* ... nor more than this; a cache holds two batches */
+#define FM_SPAN_MIN (64u << 10)      /* a span covers at least this, and at least 8 blocks */
+#define FM_BORROW_STEPS 8u           /* a class that cannot grow takes blocks of the next ones */
 #define FM_BOOT_BYTES (256u << 10)   /* bootstrap buffer for calls made before the pool exists */
 #define FM_RETAIN_DEFAULT (64ull << 20)
+#define FM_SLOTS_MAX 4096u           /* threads with a cache at once; others work uncached */
 
 /* ---- do not modify ----------------------------------------------------------------------- */
 #define FM_ALIGN 16u                 /* every block starts on this boundary */
-#define FM_CHUNK_SHIFT_MIN 16u
-#define FM_CHUNKS_MAX (1u << 16)     /* the chunk table has at most this many entries */
-#define FM_IDX_BITS 40u              /* block index = (address - pool base) / 16 */
-#define FM_IDX_MASK ((1ull << FM_IDX_BITS) - 1)
-#define FM_POOL_MAX (1ull << (FM_IDX_BITS + 4))
+#define FM_CHUNK_SHIFT_MIN 13u
+#define FM_CHUNKS_MAX (1u << 22)     /* page map and run records have at most this many entries */
+#define FM_SPAN_BLOCKS 4096u         /* most blocks in one span (the summary is 512 bits) */
+#define FM_POOL_MAX (1ull << 44)
+#define FM_NO_CLASS 0u               /* page map: the chunk is not in a span (fresh meta reads 0) */
+#define FM_CACHE_MAX (2 * FM_BATCH_MAX)
 
-_Static_assert(FM_CLASS_MAX <= 255, "class ids fit in the byte-wide chunk table");
-_Static_assert(FM_BATCH_MAX < (1u << (64 - FM_IDX_BITS)) / 4, "a batch count fits beside an index");
+enum { ST_FREE = 0, ST_LIVE = 1, ST_CACHED = 2 };      /* a block's state byte */
+enum { RUN_FREE = 1, RUN_SPAN = 2, RUN_LARGE = 3 };    /* struct fm_run's kind */
+
+_Static_assert(FM_CLASS_MAX < 255, "class ids + 1 fit in the page map's byte");
+_Static_assert(FM_SPAN_BLOCKS / 64 / 64 <= 1 + 7, "the free-word summary fits in 64 bytes");
 _Static_assert((FM_ALIGN & (FM_ALIGN - 1)) == 0, "alignment is a power of two");
 
-/* A thread's free blocks of one class: the list malloc pops and free pushes, and one spare
- * batch. When the list reaches a batch, free moves it whole to the spare place (the old spare
- * goes to the store); when the list runs dry, malloc takes the spare back. Both moves are O(1):
- * no list is ever walked. */
-struct fm_bin {
-  void *head;
-  uint32_t count;
-  uint32_t limit;    /* free() pushes while count < limit; 0 sends every free to the slow path */
-  void *spare;
-  uint32_t spare_count;
-  uint32_t pad;
+/* What the fast paths need of a class, indexed by the page map's byte (class + 1);
+ * entry FM_NO_CLASS has magic 0, so "is a block start" fails for every address outside a span.
+ * A span has a state byte for every multiple of the size below its end: those past the last
+ * block are never LIVE, so the multiplication alone tells a block start. */
+struct fm_cf {
+  uint64_t magic[256];    /* ceil(2^64 / size) */
+  uint64_t st_off[256];   /* n * size: where the state bytes start in a span, and the blocks end */
+  uint32_t size[256];
 };
 
-/* A thread cache slot. Slots live in the pool's meta area and are recycled through a lock-free
- * stack, so statistics can read every slot without the threads' help. */
+/* A thread cache slot: per class (indexed by class + 1, as the page map and the size table
+ * name classes), its free blocks, newest last, and their state bytes. Slots live in the pool's
+ * meta area and are recycled through a lock-free stack, so statistics can read every slot
+ * without the threads' help. */
+#define FM_BINS (FM_CLASS_MAX + 1)
 struct fm_tcache {
-  struct fm_bin bin[FM_CLASS_MAX];
   uint64_t next_free;    /* link on the stack of unused slots */
   uint32_t index;
   uint32_t live;
+  struct {
+    uint32_t n;
+    uint32_t cap;        /* free() pushes while n < cap; 0 sends every free to the slow path */
+  } nc[FM_BINS];
+  void *p[FM_BINS][FM_CACHE_MAX];
+  uint8_t *st[FM_BINS][FM_CACHE_MAX];
 };
 
-/* One size class: its region, batch size, shared store and counters. */
+/* One size class: geometry, the spans with free blocks (by occupancy) and counters. */
+#define FM_BUCKETS 8u
 struct fm_class {
-  uint32_t size;
-  uint32_t batch;
-  uintptr_t start, end;
-  uintptr_t region_end;                          /* start of the next region */
-  cacheline_aligned _Atomic uint64_t store;      /* tagged head of the batch stack */
-  cacheline_aligned _Atomic uintptr_t frontier;  /* next never-used address in the region */
-  _Atomic uintptr_t committed;                   /* end of the accessible part (strict overcommit) */
-  cacheline_aligned _Atomic uint64_t stored;     /* blocks in the store */
-  _Atomic uint64_t peak;                         /* most blocks outside the store at once */
-  _Atomic uint64_t borrows;                      /* batches lent to a smaller full class */
-  _Atomic uint64_t exhausted;                    /* requests this class could not serve */
+  uint32_t size, batch, nblocks, span_chunks;
+  uint32_t nstates;                   /* state bytes: one per multiple of size in the span */
+  uint64_t reserve;                   /* chunks held for this class (FLATMALLOC_CLASSES percent) */
+  cacheline_aligned pthread_mutex_t lock;
+  uint32_t epoch;                     /* spans of an older epoch were abandoned by fork */
+  uint32_t bucket_map;                /* bit b: bucket b has a span */
+  uint32_t bucket[FM_BUCKETS];        /* first span (chunk index + 1) of each bucket, 0: none */
+  uint32_t spare;                     /* one span with every block free, kept back (chunk + 1) */
+  uint64_t out;                       /* blocks not in spans (live or cached) */
+  uint64_t peak;
+  uint64_t spans;
+  uint64_t spans_peak;
+  uint64_t borrows, exhausted;
 };
+
+/* Run record, one per chunk (span.c). Meaningful in the first chunk of a run, and 'head' in
+ * its last. A span keeps its free-word summary in the record of its second chunk. */
+struct fm_run {
+  uint32_t len;        /* chunks in the run */
+  uint8_t kind;        /* RUN_FREE, RUN_SPAN, RUN_LARGE */
+  uint8_t cls;
+  uint16_t flags;
+  uint32_t head;       /* in a run's last chunk: index of its first */
+  uint32_t next, prev; /* free runs: TLSF list; spans: bucket list (chunk index + 1) */
+  uint32_t older, newer;  /* free runs with pages: the release FIFO (chunk index + 1) */
+  uint32_t dirty;      /* free runs: chunks that may hold pages */
+  uint32_t nfree;      /* spans: blocks in state FREE */
+  uint32_t epoch;      /* spans: the class epoch they were made in */
+  uint32_t bucket;     /* spans: occupancy bucket, FM_BUCKETS when full */
+  uint32_t hw;         /* spans: blocks below this were handed out at least once */
+  uint32_t pad[4];
+};
+_Static_assert(sizeof(struct fm_run) == 64, "one run record per cache line");
 
 /* Settings, read once from the environment (options.c). */
 struct fm_options {
   size_t pool;              /* 0: physical memory, halved until the reservation succeeds */
   const char *pool_text;    /* FLATMALLOC_POOL as written, for messages */
+  const char *classes_text; /* FLATMALLOC_CLASSES as written */
   unsigned nclass;
   uint32_t class_size[FM_CLASS_MAX];
-  uint32_t class_bp[FM_CLASS_MAX];   /* share of the small area, in hundredths of a percent */
-  unsigned large_pct;
+  uint32_t class_bp[FM_CLASS_MAX];   /* reservation, hundredths of a percent of the pool */
+  uint32_t large_bp;                 /* the large area's reservation, likewise */
+  bool large_set;
   size_t retain;
   bool prefault, stats, check;
 };
 
 /* Everything the fast paths read sits in the first cache line. */
 struct fm_pool {
-  uintptr_t small_base;
-  size_t small_units;        /* small area size / 16; 0 sends every free to the slow path */
+  uintptr_t heap_base;
+  size_t heap_units;         /* heap size / 16; 0 sends every free to the slow path */
   size_t small_lim;          /* sizes below this take the fast path; 0 before start-up */
-  const uint8_t *cls_of;     /* (size + 15) / 16 -> class */
-  const uint8_t *chunk_cls;  /* (address - small_base) >> chunk_shift -> class */
+  const uint8_t *cls_of;     /* (size + 15) / 16 -> class + 1 */
+  const uint64_t *pmap;      /* chunk -> span address << 8 | (class + 1); 0: not in a span */
   unsigned chunk_shift;
-  uint64_t key;              /* random, mixed into checking mode's header magic */
+  uint64_t key;              /* random, per process */
 
   uintptr_t base;
   size_t size;
-  size_t small_size;
+  size_t heap_size;
   size_t small_max;          /* largest class size */
   unsigned nclass;
   bool valgrind;             /* running under memcheck */
   bool checked;              /* checking mode or memcheck: every call takes the slow path */
-  bool lazy_commit;          /* strict overcommit: regions become accessible as they are used */
+  bool lazy_commit;          /* strict overcommit: the heap becomes accessible as it is used */
+  _Atomic int state;         /* pool.c: none, starting, ready */
   struct fm_tcache *slots;
   uint32_t slots_max;
   _Atomic uint32_t slots_used;
@@ -145,6 +198,7 @@ struct fm_pool {
 };
 
 hidden extern struct fm_pool fm_pool;
+hidden extern struct fm_cf fm_cf;
 hidden extern __thread struct fm_tcache *fm_tc __attribute__((tls_model("initial-exec")));
 hidden extern struct fm_tcache fm_tc_empty;
 

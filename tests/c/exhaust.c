@@ -1,9 +1,9 @@
 /* Exhaustion of a small pool (run with FLATMALLOC_POOL=64M).
  *
  * For one small size at a time, one large size (1 MiB) and a seeded mix: allocate until NULL.
- * The failure must be NULL with errno ENOMEM, later requests keep failing cleanly, and every block
- * handed out before holds its pattern. After freeing everything the same allocations succeed again
- * (at least 95 % as many: thread caches hold blocks in batches). A request larger than the whole
+ * The failure must be NULL with errno ENOMEM, later requests keep failing cleanly, every block
+ * handed out before holds its pattern, and one size got nearly the whole pool. After freeing
+ * everything another size gets as many bytes (at least 95 %): spans went back to the pool. A request larger than the whole
  * pool fails with ENOMEM at once. The test's own bookkeeping lives in mmap'ed memory, so it does
  * not consume the pool it measures.
  *
@@ -105,26 +105,18 @@ static void one_size(size_t size)
     CHECK(first > 0, "%s: the first malloc(%zu) already failed", pass, size);
     size_t usable = malloc_usable_size(blocks[0]);
     CHECK(!fmt_flatmalloc || first * usable <= POOL, "%s: %zu blocks of %zu usable bytes exceed the 64 MiB pool", pass, first, usable);
-    const char *chk = getenv("FLATMALLOC_CHECK");
-    if (!fmt_flatmalloc || (chk && strcmp(chk, "1") == 0)) {
-        /* glibc has one heap; in checking mode the header moves a 64 KiB request to the large area */
-    } else if (size <= 8192) { /* a full class (and the classes it borrows from) leaves the large area alone */
-        void *l = malloc(MiB);
-        CHECK(l != NULL, "malloc(1 MiB) failed while only the %zu-byte class was exhausted", size);
-        memset(l, 1, MiB);
-        free(l);
-    } else { /* the large area is full (the largest classes' borrowing ends there): small classes still work */
-        void *s = malloc(100);
-        CHECK(s != NULL, "malloc(100) failed while only the large area was exhausted");
-        memset(s, 1, 100);
-        free(s);
-    }
+    /* One size may fill the pool: NULL only when (nearly) every byte of the heap is in use. */
+    CHECK(!fmt_flatmalloc || first * usable >= POOL / 100 * 88, "%s: NULL after %zu blocks of %zu usable bytes, "
+          "less than 88 %% of the 64 MiB pool", pass, first, usable);
     free_all(first);
-    snprintf(pass, sizeof pass, "malloc(%zu) until NULL, after freeing everything", size);
-    size_t second = fill_until_null(size, pass);
-    printf("exhaust: %zu-byte blocks: %zu until NULL, %zu again after freeing them all\n", size, first, second);
-    CHECK(second * 100 >= first * 95, "after freeing all %zu blocks of %zu bytes only %zu could be allocated "
-          "again (less than 95%%)", first, size, second);
+    /* The freed memory serves another size: spans go back to the pool, not to the class. */
+    size_t other = size == 64 ? 1000 : 64;
+    snprintf(pass, sizeof pass, "malloc(%zu) until NULL, after freeing the %zu-byte blocks", other, size);
+    size_t second = fill_until_null(other, pass);
+    size_t other_usable = malloc_usable_size(blocks[0]);
+    printf("exhaust: %zu-byte blocks: %zu until NULL; then %zu-byte blocks: %zu\n", size, first, other, second);
+    CHECK(!fmt_flatmalloc || second * other_usable * 100 >= first * usable * 95, "after freeing all %zu blocks of %zu bytes only %zu "
+          "blocks of %zu bytes could be allocated (less than 95 %% of the bytes)", first, size, second, other);
     free_all(second);
 }
 

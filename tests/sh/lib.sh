@@ -98,35 +98,35 @@ fm_stats_verify() {
       pid = substr($0, 12, RLENGTH - 14)
       rest = substr($0, RLENGTH + 1)
       n = split(rest, f, " ")
-      if (rest ~ /^class +size +in_use +peak +share% +borrows +exhausted$/) {
+      if (rest ~ /^class +size +in_use +peak +spans +peak_spans +reserved +borrows +exhausted$/) {
         if (pid in header) bad("second header from the same process")
         header[pid] = 1; state[pid] = "classes"; pids++
         next
       }
       if (!(pid in header)) bad("report line before its header")
-      if (rest ~ /^ *[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+(\.[0-9]+)? +[0-9]+ +[0-9]+$/) {
+      if (rest ~ /^ *[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+$/) {
         if (state[pid] != "classes") bad("class line after the large line")
-        size = f[2] + 0; in_use = f[3] + 0; peak = f[4] + 0; share = f[5] + 0
+        size = f[2] + 0; in_use = f[3] + 0; peak = f[4] + 0; spans = f[5] + 0; peak_spans = f[6] + 0
         if (size <= 0 || size % 16 != 0) bad("class size is not a positive multiple of 16")
         if (in_use > peak) bad("class in_use above peak")
-        if (share < 0 || share > 100) bad("class share% outside 0..100")
+        if (spans > peak_spans) bad("class spans above peak_spans")
+        if (in_use > 0 && spans == 0) bad("class has blocks in use but no span")
         classes++
         if (peak > 0) peaked++
         if (peak > maxpeak) { maxpeak = peak; maxsize = size }
         next
       }
-      if (rest ~ /^large in_use=[0-9]+ peak=[0-9]+ free=[0-9]+ blocks=[0-9]+$/) {
+      if (rest ~ /^large in_use=[0-9]+$/) {
         if (state[pid] != "classes") bad("large line out of place")
-        split(f[2], a, "="); split(f[3], b, "=")
-        if (a[2] + 0 > b[2] + 0) bad("large in_use above peak")
         state[pid] = "large"
         next
       }
-      if (rest ~ /^pool reserved=[0-9]+ committed=[0-9]+$/) {
+      if (rest ~ /^pool reserved=[0-9]+ in_use=[0-9]+ peak=[0-9]+ free_with_pages=[0-9]+ committed=[0-9]+ returned=[0-9]+$/) {
         if (state[pid] != "large") bad("pool line without a large line before it")
-        split(f[2], a, "="); split(f[3], b, "=")
+        split(f[2], a, "="); split(f[3], u, "="); split(f[4], pk, "="); split(f[6], b, "=")
         if (a[2] + 0 <= 0) bad("pool reserved is zero")
         if (b[2] + 0 > a[2] + 0) bad("pool committed above reserved")
+        if (u[2] + 0 > pk[2] + 0) bad("pool in_use above peak")
         state[pid] = "done"; pools++
         next
       }
@@ -135,7 +135,7 @@ fm_stats_verify() {
     END {
       if (failed) exit 1
       for (p in state) if (state[p] != "done") { print "process " p " printed an incomplete report"; exit 1 }
-      if (pools < 1) { print "no \"flatmalloc[PID]: pool reserved=N committed=N\" line"; exit 1 }
+      if (pools < 1) { print "no \"flatmalloc[PID]: pool reserved=N ...\" line"; exit 1 }
       if (peaked < 1) { print "no class line with a nonzero peak"; exit 1 }
       if (pids < min_pids) { print "only " pids " process(es) reported statistics, expected at least " min_pids; exit 1 }
       print pids " process(es) reported; " classes " class lines, " peaked " with a nonzero peak; largest peak " maxpeak " blocks of " maxsize " B"

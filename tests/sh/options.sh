@@ -122,7 +122,7 @@ reserved() {
     fm_fail "mainran with $* exited with status $rc"
   }
   local r
-  r=$(sed -n 's/^flatmalloc\[[0-9]*\]: pool reserved=\([0-9]*\) committed=[0-9]*$/\1/p' "$err")
+  r=$(sed -n 's/^flatmalloc\[[0-9]*\]: pool reserved=\([0-9]*\) .*$/\1/p' "$err")
   [ -n "$r" ] || {
     fm_show "$err" "stderr"
     fm_fail "no pool line in the statistics report"
@@ -136,13 +136,13 @@ reject FLATMALLOC_CLASSES 64:50,16:50 # not ascending
 reject FLATMALLOC_CLASSES 16:50,16:50 # the same size twice
 reject FLATMALLOC_CLASSES 24:100 # not a multiple of 16
 reject FLATMALLOC_CLASSES 16:50,40:50 # second size not a multiple of 16
-reject FLATMALLOC_CLASSES 16:50,64:40 # percents sum to 90
-reject FLATMALLOC_CLASSES 16:50,64:60 # percents sum to 110
-reject FLATMALLOC_CLASSES 16:33.3,64:66.6 # decimals summing to 99.9
+reject FLATMALLOC_CLASSES 16:50,64:60 # reservations sum to 110
+reject FLATMALLOC_CLASSES 16:30,64:30 FLATMALLOC_LARGE=50 # with the large area's, 110
+reject FLATMALLOC_CLASSES 16:50,32 FLATMALLOC_LARGE=60 # with the large area's, 110
 reject FLATMALLOC_CLASSES 16:-10,64:110 # negative percent
 reject FLATMALLOC_CLASSES 16:x # garbage percent
 reject FLATMALLOC_CLASSES x:100 # garbage size
-reject FLATMALLOC_CLASSES 16 # no percent
+reject FLATMALLOC_CLASSES 16:,32 # a colon without a percent
 reject FLATMALLOC_CLASSES '' # empty
 # FLATMALLOC_POOL
 reject FLATMALLOC_POOL 10Q # unknown suffix
@@ -188,6 +188,12 @@ accept FLATMALLOC_POOL=1T
 accept FLATMALLOC_CLASSES=16:20,64:50,256:30
 accept FLATMALLOC_CLASSES=16:33.5,32:33.25,48:33.25
 accept FLATMALLOC_CLASSES=4096:100
+accept FLATMALLOC_CLASSES=16 # sizes alone: classes without reservations
+accept FLATMALLOC_CLASSES=16,64,256,4096
+accept FLATMALLOC_CLASSES=16:20,64,256:30 # reservations for two classes
+accept FLATMALLOC_CLASSES=16:50,64:40 # 90 % reserved
+accept FLATMALLOC_CLASSES=16:33.3,64:66.6 # 99.9 % reserved
+accept FLATMALLOC_CLASSES=16:20,64:20 FLATMALLOC_LARGE=60
 accept FLATMALLOC_CLASSES=16:10,32:10,48:10,64:10,128:10,256:10,512:10,1024:10,2048:10,4096:10
 accept FLATMALLOC_LARGE=50
 accept FLATMALLOC_LARGE=25

@@ -1,0 +1,48 @@
+/* A block of any size, and its validated release: classes below the largest class, large
+ * blocks above. The floor the API and checking mode stand on. */
+#include <errno.h>
+
+#include "internal.h"
+
+/* A block of at least size bytes: from its class, a larger class it borrows from when the pool
+ * has no span for it, or a large block. NULL with errno ENOMEM. */
+void *block_alloc(size_t size) {
+  if (size <= fm_pool.small_max) return tcache_alloc(class_of(size), true);
+  void *p = large_alloc(size, 0);
+  if (!p) errno = ENOMEM;
+  return p;
+}
+
+/* Memory aligned to align (a power of two above 16). A class whose size is a multiple of align
+ * hands out aligned blocks (spans start on chunk boundaries); the rest is large. */
+void *block_alloc_aligned(size_t align, size_t size) {
+  if (size <= fm_pool.small_max && align <= ((size_t)1 << fm_pool.chunk_shift))
+    for (unsigned c = class_of(size); c < fm_pool.nclass; c++)
+      if (fm_pool.cls[c].size % align == 0) {
+        void *p = tcache_alloc(c, false);
+        if (p) return p;
+      }
+  void *p = large_alloc(size, align);
+  if (!p) errno = ENOMEM;
+  return p;
+}
+
+void block_free(void *p) {
+  int c = class_at(p);
+  if (c >= 0) {
+    tcache_free(p, (unsigned)c, class_verify(p, (unsigned)c));
+  } else if ((uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
+    large_verify(p);
+    large_free(p);
+  } else if (!boot_owns(p)) {
+    fault_stop("free of a pointer not allocated by flatmalloc", p, -1);
+  }
+}
+
+size_t block_usable(const void *p) {
+  int c = class_at(p);
+  if (c >= 0) return fm_pool.cls[c].size;
+  if (large_owns(p)) return large_usable(p);
+  if (boot_owns(p)) return boot_usable(p);
+  fault_stop("malloc_usable_size of a pointer not allocated by flatmalloc", p, -1);
+}

@@ -1,0 +1,33 @@
+/* The fault report: one line on stderr naming the fault, the pointer and where it lies, then
+ * abort(). The bottom floor of the core: it calls nothing above it, and reads the pool's
+ * geometry only as data. */
+#include <stdlib.h>
+
+#include "fmt.h"
+#include "internal.h"
+#include "os.h"
+
+void fault_stop(const char *what, const void *p, int cls) {
+  char buf[256];
+  struct fmt f = {buf, sizeof buf - 1, 0};
+  fmt_str(&f, "flatmalloc: ");
+  fmt_str(&f, what);
+  fmt_str(&f, ": pointer ");
+  fmt_hex(&f, (uintptr_t)p);
+  if (cls >= 0) {
+    fmt_str(&f, " (class ");
+    fmt_u64(&f, (unsigned)cls, 0);
+    fmt_str(&f, ", ");
+    fmt_u64(&f, fm_cf.size[cls + 1], 0);
+    fmt_str(&f, " bytes)");
+  } else if ((uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
+    fmt_str(&f, " (large area)");
+  } else {
+    fmt_str(&f, " (not in the pool)");
+  }
+  size_t n = fmt_end(&f);
+  if (n > sizeof buf - 2) n = sizeof buf - 2;
+  buf[n++] = '\n';
+  os_write(2, buf, n);
+  abort();
+}

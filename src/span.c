@@ -1,0 +1,459 @@
+/* Runs of chunks: the heap's page-level allocator (types.h, RUN). Every run, free or not, is
+ * described by the records of its first and last chunk, out of the heap: nothing here reads
+ * or writes the memory it manages, except madvise giving its pages back.
+ *
+ * Free runs are indexed by length (two-level segregated fit: a bitmap of first levels, one of
+ * second levels per first level), so a good fit is found in O(1) and a released run merges
+ * with both neighbours in O(1). A run never merges with the untouched space above top; a
+ * request that fits no list grows the free run that ends at top, or is cut from top.
+ *
+ * Pages. A bit per chunk says it may hold pages (it was handed out and has not been given
+ * back since). Free runs that may hold pages wait in a FIFO, oldest first; when the chunks
+ * they hold pass the budget, max(FLATMALLOC_RETAIN, half the chunks in use), each release
+ * gives back the oldest runs (at most two per call, and within them at most RELEASE_WORDS
+ * words of the bitmap). */
+#include <string.h>
+
+#include "internal.h"
+#include "os.h"
+
+#define SL_BITS 4u
+#define SL_COUNT (1u << SL_BITS)
+#define FL_COUNT 32u
+#define RELEASE_RUNS 2u
+#define RELEASE_WORDS 4096u   /* bitmap words one release may scan: 256K chunks */
+
+static struct {
+  pthread_mutex_t lock;
+  struct fm_run *rec;
+  uint64_t *pages;           /* bit per chunk: may hold pages */
+  uint32_t nchunks, top;     /* [top, nchunks) was never handed out */
+  uint32_t quarantine;       /* runs that start below it belong to a forked parent */
+  uint32_t committed;        /* chunks made accessible (strict overcommit) */
+  uint32_t fl_map;
+  uint32_t sl_map[FL_COUNT];
+  uint32_t heads[FL_COUNT][SL_COUNT];   /* chunk index + 1 */
+  uint32_t oldest, newest;              /* release FIFO, chunk index + 1 */
+  uint64_t used, used_peak, listed, dirty, released;
+  uint64_t retain;                      /* chunks */
+  uint64_t held[FM_CLASS_MAX + 1], reserve[FM_CLASS_MAX + 1];
+  uint64_t outstanding;                 /* sum of max(0, reserve - held) */
+} H = {.lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP};
+
+static struct fm_run *R(uint32_t i) { return &H.rec[i]; }
+static uint32_t idx1(uint32_t i) { return i + 1; }
+
+/* ---- the pages bitmap -------------------------------------------------------------------- */
+static void pages_set(uint32_t from, uint32_t len) {
+  for (uint32_t i = from, end = from + len; i < end;) {
+    uint32_t w = i / 64, b = i % 64, n = end - i < 64 - b ? end - i : 64 - b;
+    H.pages[w] |= (n == 64 ? ~0ull : ((1ull << n) - 1) << b);
+    i += n;
+  }
+}
+
+bool span_chunk_dirty(uint32_t i) { return H.pages[i / 64] >> (i % 64) & 1; }
+
+/* ---- reservations ------------------------------------------------------------------------ */
+static uint64_t owed(unsigned o) { return H.reserve[o] > H.held[o] ? H.reserve[o] - H.held[o] : 0; }
+
+static void hold(unsigned o, int64_t chunks) {
+  H.outstanding -= owed(o);
+  H.held[o] += (uint64_t)chunks;
+  H.outstanding += owed(o);
+}
+
+/* May owner o take `need` more chunks without touching another owner's reservation? */
+static bool may_take(unsigned o, uint32_t need) {
+  uint64_t avail = H.nchunks - H.used, others = H.outstanding - owed(o);
+  return need <= avail && avail - need >= others;
+}
+
+/* ---- index ------------------------------------------------------------------------------- */
+static void mapping(uint32_t len, unsigned *fl, unsigned *sl) {
+  unsigned f = 31u - (unsigned)__builtin_clz(len);
+  *fl = f;
+  *sl = f < SL_BITS ? len & (SL_COUNT - 1) : (len >> (f - SL_BITS)) & (SL_COUNT - 1);
+}
+
+static void fifo_remove(uint32_t i) {
+  struct fm_run *r = R(i);
+  if (r->older) R(r->older - 1)->newer = r->newer;
+  else if (H.oldest == idx1(i)) H.oldest = r->newer;
+  if (r->newer) R(r->newer - 1)->older = r->older;
+  else if (H.newest == idx1(i)) H.newest = r->older;
+  r->older = r->newer = 0;
+}
+
+static void fifo_append(uint32_t i) {
+  struct fm_run *r = R(i);
+  r->newer = 0;
+  r->older = H.newest;
+  if (H.newest) R(H.newest - 1)->newer = idx1(i);
+  else H.oldest = idx1(i);
+  H.newest = idx1(i);
+}
+
+/* Marks [i, i+len) a free run and lists it (not merged: the caller did that). */
+static void list_insert(uint32_t i, uint32_t len, uint32_t dirty) {
+  struct fm_run *r = R(i);
+  unsigned fl, sl;
+  mapping(len, &fl, &sl);
+  *r = (struct fm_run){.len = len, .kind = RUN_FREE, .dirty = dirty, .next = H.heads[fl][sl]};
+  if (r->next) R(r->next - 1)->prev = idx1(i);
+  H.heads[fl][sl] = idx1(i);
+  H.fl_map |= 1u << fl;
+  H.sl_map[fl] |= 1u << sl;
+  R(i + len - 1)->head = i;
+  H.listed += len;
+  H.dirty += dirty;
+  if (dirty) fifo_append(i);
+}
+
+static void list_remove(uint32_t i) {
+  struct fm_run *r = R(i);
+  unsigned fl, sl;
+  if (r->kind != RUN_FREE || r->len == 0 || i + r->len > H.top)
+    fault_stop("the heap's free-run records are damaged", (void *)(fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift)), -1);
+  mapping(r->len, &fl, &sl);
+  if (r->prev) R(r->prev - 1)->next = r->next;
+  else H.heads[fl][sl] = r->next;
+  if (r->next) R(r->next - 1)->prev = r->prev;
+  if (!H.heads[fl][sl]) {
+    H.sl_map[fl] &= ~(1u << sl);
+    if (!H.sl_map[fl]) H.fl_map &= ~(1u << fl);
+  }
+  if (r->dirty) fifo_remove(i);
+  H.listed -= r->len;
+  H.dirty -= r->dirty;
+  r->kind = 0;
+}
+
+/* A listed run of at least len chunks, removed from its list; the smallest list whose every
+ * run fits, so no list is walked. Returns its index + 1, 0 when none. */
+static uint32_t list_find(uint32_t len) {
+  unsigned fl, sl;
+  uint32_t want = len;
+  unsigned f = 31u - (unsigned)__builtin_clz(len);
+  if (f >= SL_BITS) want += (1u << (f - SL_BITS)) - 1;   /* round up to the next list */
+  if (want < len) return 0;
+  mapping(want, &fl, &sl);
+  uint32_t sm = H.sl_map[fl] & (~0u << sl);
+  if (!sm) {
+    uint32_t fm = fl + 1 < FL_COUNT ? H.fl_map & (~0u << (fl + 1)) : 0;
+    if (!fm) return 0;
+    fl = (unsigned)__builtin_ctz(fm);
+    sm = H.sl_map[fl];
+  }
+  uint32_t h = H.heads[fl][__builtin_ctz(sm)];
+  list_remove(h - 1);
+  return h;
+}
+
+/* ---- giving pages back ------------------------------------------------------------------- */
+/* Gives back the pages of run i's chunks whose bit is set, scanning at most `words` words of
+ * the bitmap; returns the words it scanned. The run stays listed; its count is updated. */
+static uint32_t release_run(uint32_t i, uint32_t words) {
+  struct fm_run *r = R(i);
+  uint32_t end = i + r->len, c = i, scanned = 0, freed = 0;
+  while (c < end && scanned < words) {
+    uint32_t w = c / 64;
+    uint64_t bits = H.pages[w] & (~0ull << (c % 64));
+    if (end / 64 == w) bits &= (end % 64) ? (1ull << (end % 64)) - 1 : 0;
+    scanned++;
+    if (!bits) {
+      c = (w + 1) * 64;
+      continue;
+    }
+    uint32_t a = w * 64 + (uint32_t)__builtin_ctzll(bits);
+    uint64_t run_bits = ~(bits >> (a % 64));   /* first clear bit above a */
+    uint32_t n = run_bits ? (uint32_t)__builtin_ctzll(run_bits) : 64 - a % 64;
+    if (a + n > end) n = end - a;
+    os_release((void *)(fm_pool.heap_base + ((uintptr_t)a << fm_pool.chunk_shift)), (size_t)n << fm_pool.chunk_shift);
+    H.pages[w] &= ~(n == 64 ? ~0ull : ((1ull << n) - 1) << (a % 64));
+    freed += n;
+    c = a + n;
+  }
+  H.released += (uint64_t)freed << fm_pool.chunk_shift;
+  if (c >= end || freed >= r->dirty) {
+    H.dirty -= r->dirty;
+    r->dirty = 0;
+    fifo_remove(i);
+  } else {
+    H.dirty -= freed;
+    r->dirty -= freed;
+  }
+  return scanned;
+}
+
+static void release_over_budget(void) {
+  uint64_t budget = H.retain > H.used / 2 ? H.retain : H.used / 2;
+  for (unsigned k = 0; k < RELEASE_RUNS && H.dirty > budget && H.oldest; k++) release_run(H.oldest - 1, RELEASE_WORDS);
+}
+
+/* ---- runs -------------------------------------------------------------------------------- */
+/* Makes [from, to) of an array of per-chunk entries of `each` bytes accessible. */
+static bool commit_entries(const void *array, size_t each, uint32_t from, uint32_t to) {
+  uintptr_t page = os_page_size(), lo = ((uintptr_t)array + from * each) & ~(page - 1);
+  uintptr_t hi = ((uintptr_t)array + to * each + page - 1) & ~(page - 1);
+  return os_commit((void *)lo, hi - lo);
+}
+
+static bool commit_to(uint32_t to) {
+  if (!fm_pool.lazy_commit || to <= H.committed) return true;
+  uint32_t step = (uint32_t)((1u << 20) >> fm_pool.chunk_shift);
+  uint32_t want = (to + step - 1) / step * step;
+  if (want > H.nchunks) want = H.nchunks;
+  if (!commit_entries(fm_pool.pmap, 8, H.committed, want) || !commit_entries(H.rec, sizeof *H.rec, H.committed, want) ||
+      !commit_entries(H.pages, 1, H.committed / 8, (want + 63) / 8) ||
+      !os_commit((void *)(fm_pool.heap_base + ((uintptr_t)H.committed << fm_pool.chunk_shift)),
+                 (size_t)(want - H.committed) << fm_pool.chunk_shift))
+    return false;
+  H.committed = want;
+  return true;
+}
+
+/* Marks [i, i+len) a run in use of the given kind. */
+static void mark_used(uint32_t i, uint32_t len, uint8_t kind, unsigned owner) {
+  *R(i) = (struct fm_run){.len = len, .kind = kind, .cls = (uint8_t)owner};
+  R(i + len - 1)->head = i;
+  H.used += len;
+  if (H.used > H.used_peak) H.used_peak = H.used;
+  hold(owner, len);
+}
+
+/* Puts back the chunks [i, i+len) beyond what the caller keeps, as a free run (merged with the
+ * free run after it, if any). */
+static void put_back(uint32_t i, uint32_t len, uint32_t dirty) {
+  if (!len) return;
+  uint32_t end = i + len;
+  if (end < H.top && R(end)->kind == RUN_FREE) {
+    uint32_t n = R(end)->len, d = R(end)->dirty;
+    list_remove(end);
+    len += n;
+    dirty += d;
+  }
+  list_insert(i, len, dirty);
+}
+
+/* A run of len chunks for owner, the index of its first chunk, or -1 (errno untouched). */
+static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
+  if (!may_take(owner, len)) return -1;
+  uint32_t h = list_find(len);
+  if (h) {
+    uint32_t i = h - 1, have = R(i)->len, dirty = R(i)->dirty;
+    uint32_t rest = have - len;
+    put_back(i + len, rest, dirty < rest ? dirty : rest);
+    mark_used(i, len, kind, owner);
+    return i;
+  }
+  /* grow the free run that ends at top, or cut from top */
+  uint32_t i = H.top, tail_dirty = 0;
+  if (H.top > H.quarantine) {
+    uint32_t t = R(H.top - 1)->head;
+    if (t >= H.quarantine && t < H.top && R(t)->kind == RUN_FREE && R(t)->len + (H.nchunks - H.top) >= len) {
+      tail_dirty = R(t)->dirty;
+      list_remove(t);
+      i = t;
+    }
+  }
+  if (H.nchunks - i < len || !commit_to(i + len)) {
+    if (i != H.top) list_insert(i, H.top - i, tail_dirty);
+    return -1;
+  }
+  if (i + len > H.top) H.top = i + len;
+  else put_back(i + len, H.top - (i + len), tail_dirty);   /* a good fit skips runs of its own list */
+  mark_used(i, len, kind, owner);
+  return i;
+}
+
+/* ---- interface --------------------------------------------------------------------------- */
+void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t retain_bytes) {
+  H.rec = rec;
+  H.pages = pages;
+  H.nchunks = nchunks;
+  H.retain = retain_bytes >> fm_pool.chunk_shift;
+  H.committed = fm_pool.lazy_commit ? 0 : nchunks;   /* the first span commits the first tables */
+  for (unsigned c = 0; c < fm_pool.nclass; c++) H.reserve[c] = fm_pool.cls[c].reserve;
+  H.reserve[FM_CLASS_MAX] = (uint64_t)nchunks * fm_pool.opt.large_bp / 10000;
+  for (unsigned o = 0; o <= FM_CLASS_MAX; o++) H.outstanding += H.reserve[o];
+}
+
+int64_t span_alloc(uint32_t len, unsigned owner, bool large) {
+  pthread_mutex_lock(&H.lock);
+  int64_t i = take(len, owner, large ? RUN_LARGE : RUN_SPAN);
+  pthread_mutex_unlock(&H.lock);
+  return i;
+}
+
+/* Run for a large block aligned to align_chunks chunks. */
+int64_t span_alloc_aligned(uint32_t len, uint32_t align_chunks) {
+  pthread_mutex_lock(&H.lock);
+  int64_t i = take(len + align_chunks - 1, FM_CLASS_MAX, RUN_LARGE);
+  if (i >= 0) {
+    uint32_t a = (uint32_t)((i + align_chunks - 1) / align_chunks * align_chunks);
+    uint32_t have = R((uint32_t)i)->len, front = a - (uint32_t)i, back = have - front - len;
+    /* give back what lies before and after the aligned part */
+    H.used -= front + back;
+    hold(FM_CLASS_MAX, -(int64_t)(front + back));
+    *R(a) = (struct fm_run){.len = len, .kind = RUN_LARGE, .cls = FM_CLASS_MAX};
+    R(a + len - 1)->head = a;
+    put_back(a + len, back, back);   /* counted as holding pages: a release finds out */
+    if (front) list_insert((uint32_t)i, front, front);
+    i = a;
+  }
+  pthread_mutex_unlock(&H.lock);
+  return i;
+}
+
+/* Releases the run at i (a span or large block) and merges it with free neighbours. */
+void span_free(uint32_t i) {
+  pthread_mutex_lock(&H.lock);
+  if (i < H.quarantine) goto out;   /* a parent's run: leave it alone */
+  struct fm_run *r = R(i);
+  uint32_t len = r->len;
+  unsigned owner = r->cls;
+  H.used -= len;
+  hold(owner, -(int64_t)len);
+  pages_set(i, len);
+  uint32_t dirty = len;
+  if (i + len < H.top && R(i + len)->kind == RUN_FREE) {
+    uint32_t n = i + len;
+    dirty += R(n)->dirty;
+    len += R(n)->len;
+    list_remove(n);
+  }
+  if (i > H.quarantine) {
+    uint32_t p = R(i - 1)->head;
+    if (p >= H.quarantine && p < i && R(p)->kind == RUN_FREE && p + R(p)->len == i) {
+      dirty += R(p)->dirty;
+      len += R(p)->len;
+      list_remove(p);
+      i = p;
+    }
+  }
+  list_insert(i, len, dirty);
+  release_over_budget();
+out:
+  pthread_mutex_unlock(&H.lock);
+}
+
+/* Grows (into the free run after it, or top) or shrinks the large run at i to len chunks. */
+bool span_resize(uint32_t i, uint32_t len) {
+  bool ok = false;
+  pthread_mutex_lock(&H.lock);
+  struct fm_run *r = R(i);
+  uint32_t have = r->len, end = i + have;
+  if (i < H.quarantine) goto out;
+  if (len <= have) {
+    H.used -= have - len;
+    hold(FM_CLASS_MAX, -(int64_t)(have - len));
+    r->len = len;
+    R(i + len - 1)->head = i;
+    pages_set(i + len, have - len);
+    put_back(i + len, have - len, have - len);
+    ok = true;
+    goto out;
+  }
+  uint32_t more = len - have;
+  if (!may_take(FM_CLASS_MAX, more)) goto out;
+  if (end == H.top) {
+    if (H.nchunks - end >= more && commit_to(i + len)) {
+      H.top = i + len;
+      ok = true;
+    }
+  } else if (R(end)->kind == RUN_FREE && R(end)->len >= more) {
+    uint32_t n = R(end)->len, d = R(end)->dirty;
+    list_remove(end);
+    put_back(i + len, n - more, d < n - more ? d : n - more);
+    ok = true;
+  }
+  if (ok) {
+    r->len = len;
+    R(i + len - 1)->head = i;
+    H.used += more;
+    if (H.used > H.used_peak) H.used_peak = H.used;
+    hold(FM_CLASS_MAX, more);
+  }
+out:
+  pthread_mutex_unlock(&H.lock);
+  return ok;
+}
+
+/* The run record of chunk i (for the span and large layers above). */
+struct fm_run *span_rec(uint32_t i) { return R(i); }
+
+/* malloc_trim: every free page goes back, oldest runs first. */
+int span_trim(void) {
+  pthread_mutex_lock(&H.lock);
+  int any = H.dirty != 0;
+  while (H.oldest) release_run(H.oldest - 1, UINT32_MAX);
+  pthread_mutex_unlock(&H.lock);
+  return any;
+}
+
+/* In a forked child the lock may have been held by a thread that no longer exists, in the
+ * middle of changing the lists. Then the child cannot trust the lists: it abandons them (and
+ * the parent's free runs, a copy-on-write loss only) and carries on above top. Taking the lock
+ * in a prepare handler instead would deadlock against glibc's stdio locks, which fork takes
+ * after the prepare handlers. */
+void span_after_fork(void) {
+  if (pthread_mutex_trylock(&H.lock) == 0) {
+    pthread_mutex_unlock(&H.lock);
+    return;
+  }
+  H.lock = (pthread_mutex_t)PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
+  H.quarantine = H.top;
+  H.fl_map = 0;
+  memset(H.sl_map, 0, sizeof H.sl_map);
+  memset(H.heads, 0, sizeof H.heads);
+  H.oldest = H.newest = 0;
+  H.listed = H.dirty = 0;
+}
+
+void span_stats(struct span_stats *s) {
+  pthread_mutex_lock(&H.lock);
+  size_t shift = fm_pool.chunk_shift;
+  *s = (struct span_stats){.used = H.used << shift, .used_peak = H.used_peak << shift, .free = H.listed << shift,
+                           .dirty = H.dirty << shift, .top = (size_t)H.top << shift, .released = H.released,
+                           .large_held = H.held[FM_CLASS_MAX] << shift};
+  pthread_mutex_unlock(&H.lock);
+}
+
+/* Whole-heap validator: walks every run below top and every list; they must agree. */
+int span_check(void) {
+  int faults = 0;
+  uint64_t used = 0, listed = 0, dirty = 0;
+  pthread_mutex_lock(&H.lock);
+  bool prev_free = false;
+  for (uint32_t i = H.quarantine; i < H.top;) {
+    struct fm_run *r = R(i);
+    if (!r->len || i + r->len > H.top || R(i + r->len - 1)->head != i || !r->kind) {
+      faults++;
+      break;
+    }
+    if (r->kind == RUN_FREE) {
+      if (prev_free) faults++;   /* two adjacent free runs */
+      listed += r->len;
+      dirty += r->dirty;
+    } else {
+      used += r->len;
+    }
+    prev_free = r->kind == RUN_FREE;
+    i += r->len;
+  }
+  for (unsigned fl = 0; fl < FL_COUNT; fl++)
+    for (unsigned sl = 0; sl < SL_COUNT; sl++) {
+      if ((H.heads[fl][sl] != 0) != !!(H.sl_map[fl] & (1u << sl))) faults++;
+      uint32_t n = 0;
+      for (uint32_t h = H.heads[fl][sl]; h && n <= H.nchunks; h = R(h - 1)->next, n++) {
+        unsigned f, s;
+        mapping(R(h - 1)->len, &f, &s);
+        if (R(h - 1)->kind != RUN_FREE || f != fl || s != sl) faults++;
+      }
+    }
+  if (listed != H.listed || dirty != H.dirty) faults++;
+  if (H.quarantine == 0 && used != H.used) faults++;
+  pthread_mutex_unlock(&H.lock);
+  return faults;
+}

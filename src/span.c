@@ -187,7 +187,7 @@ static uint32_t release_run(uint32_t i, uint32_t words) {
 }
 
 static void release_over_budget(void) {
-  uint64_t budget = H.retain > H.used / 2 ? H.retain : H.used / 2;
+  uint64_t budget = H.retain > H.used ? H.retain : H.used;
   for (unsigned k = 0; k < RELEASE_RUNS && H.dirty > budget && H.oldest; k++) release_run(H.oldest - 1, RELEASE_WORDS);
 }
 

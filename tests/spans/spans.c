@@ -1,0 +1,194 @@
+/* Shared-pool behaviours, one case per run; prints "key value" lines for tests/spans/spans.sh,
+ * which runs each case under glibc and under flatmalloc and compares. Block contents are
+ * checked; the bookkeeping lives in mmap'ed memory and is subtracted from the RSS figures.
+ *
+ *   spans fill SIZE COUNT      COUNT blocks of SIZE, written and kept
+ *   spans drift                1 GiB of 64 B, freed; of 512 B, freed; of 4 KiB, freed; 64 B again,
+ *                              freed; then malloc_trim(0)
+ *   spans release              10,000 blocks of 200 KB, written, all freed (no malloc_trim)
+ *   spans reuse                a span freed by one class is used by another (flatmalloc only)
+ *   spans reserve              a reserved class allocates after a runaway size got ENOMEM
+ *   spans buffers              up to 20 buffers of 5-25 MiB, one replaced at random 2,000 times */
+#include <errno.h>
+#include <malloc.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#define MiB (1024.0 * 1024.0)
+
+static void fail(const char *what) {
+  fprintf(stderr, "FAIL: %s\n", what);
+  exit(1);
+}
+
+static size_t book;   /* bytes of bookkeeping, resident */
+
+static void *map(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED) fail("mmap for bookkeeping");
+  book += bytes;
+  return p;
+}
+
+/* kB of a /proc/self/status field */
+static long status_kb(const char *key) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  size_t n = strlen(key);
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, key, n) && line[n] == ':') v = atol(line + n + 1);
+  if (f) fclose(f);
+  return v;
+}
+
+static void report_rss(const char *prefix) {
+  printf("%s_peak_mib %.1f\n", prefix, (status_kb("VmHWM") * 1024.0 - book) / MiB);
+  printf("%s_rss_mib %.1f\n", prefix, (status_kb("VmRSS") * 1024.0 - book) / MiB);
+}
+
+static uint64_t tag(size_t i, size_t size) { return (i * 0x9e3779b97f4a7c15ull) ^ size; }
+
+/* Writes every word of small blocks; one word per 4 KiB page and the ends of larger ones. */
+static void stamp(void *p, size_t size, uint64_t t) {
+  uint64_t *w = p;
+  if (size <= 8192) {
+    for (size_t i = 0; i < size / 8; i++) w[i] = t + i;
+    return;
+  }
+  for (size_t o = 0; o + 8 <= size; o += 4096) *(uint64_t *)((char *)p + o) = t + o;
+  *(uint64_t *)((char *)p + (size & ~(size_t)7) - 8) = ~t;
+}
+
+static int stamped(const void *p, size_t size, uint64_t t) {
+  const uint64_t *w = p;
+  if (size <= 8192) {
+    for (size_t i = 0; i < size / 8; i++)
+      if (w[i] != t + i) return 0;
+    return 1;
+  }
+  for (size_t o = 0; o + 8 <= size; o += 4096)
+    if (*(const uint64_t *)((const char *)p + o) != t + o) return 0;
+  return *(const uint64_t *)((const char *)p + (size & ~(size_t)7) - 8) == ~t;
+}
+
+/* Allocates count blocks of size, stamps them; returns how many succeeded (NULL ends it). */
+static size_t fill(void **v, size_t size, size_t count) {
+  size_t i;
+  for (i = 0; i < count; i++) {
+    if (!(v[i] = malloc(size))) {
+      if (errno != ENOMEM) fail("malloc returned NULL without ENOMEM");
+      break;
+    }
+    stamp(v[i], size < 8 ? 0 : size, tag(i, size));
+  }
+  return i;
+}
+
+static void verify_free(void **v, size_t size, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (size >= 8 && !stamped(v[i], size, tag(i, size))) fail("a block lost its contents");
+    free(v[i]);
+  }
+}
+
+static int case_fill(size_t size, size_t count) {
+  void **v = map(count * sizeof *v);
+  size_t got = fill(v, size, count);
+  printf("allocated %zu\nnull %zu\n", got, count - got);
+  report_rss("fill");
+  verify_free(v, size, got);
+  return 0;
+}
+
+static int case_drift(void) {
+  static const size_t sizes[] = {64, 512, 4096, 64};
+  size_t max = (1u << 30) / 64;
+  void **v = map(max * sizeof *v);
+  for (unsigned k = 0; k < 4; k++) {
+    size_t n = (1u << 30) / sizes[k], got = fill(v, sizes[k], n);
+    if (got != n) fail("drift: malloc returned NULL");
+    verify_free(v, sizes[k], got);
+  }
+  malloc_trim(0);
+  report_rss("drift");
+  return 0;
+}
+
+static int case_release(void) {
+  enum { N = 10000, SIZE = 200000 };
+  void **v = map(N * sizeof *v);
+  if (fill(v, SIZE, N) != N) fail("release: malloc returned NULL");
+  verify_free(v, SIZE, N);
+  report_rss("release");
+  return 0;
+}
+
+/* Blocks of 64 B fill a 64 MiB pool, are freed, then 1000 B blocks get as many bytes. */
+static int case_reuse(void) {
+  size_t max = (64u << 20) / 64;
+  void **v = map(max * sizeof *v);
+  size_t a = fill(v, 64, max);
+  if (a == max) fail("reuse: a 64 MiB pool held 64 MiB of 64 B blocks: FLATMALLOC_POOL=64M not set?");
+  verify_free(v, 64, a);
+  size_t b = fill(v, 1000, max);
+  printf("small_bytes %zu\nother_bytes %zu\n", a * 64, b * 1000);
+  verify_free(v, 1000, b);
+  size_t c = fill(v, 100000, max);
+  printf("large_bytes %zu\n", c * 100000);
+  verify_free(v, 100000, c);
+  return 0;
+}
+
+/* Run with FLATMALLOC_CLASSES=...,256:25,... in a small pool: 16 B blocks until ENOMEM, then
+ * 256 B blocks still come, up to their reservation. */
+static int case_reserve(void) {
+  size_t max = (256u << 20) / 16;
+  void **v = map(max * sizeof *v), **w = map(max * sizeof *w);
+  size_t a = fill(v, 16, max);
+  if (a == max) fail("reserve: the runaway size never got ENOMEM");
+  size_t b = fill(w, 256, max);
+  printf("runaway_bytes %zu\nreserved_bytes %zu\n", a * 16, b * 256);
+  verify_free(w, 256, b);
+  verify_free(v, 16, a);
+  return 0;
+}
+
+static int case_buffers(void) {
+  enum { SLOTS = 20, ROUNDS = 2000 };
+  void *buf[SLOTS] = {0};
+  size_t len[SLOTS] = {0};
+  uint64_t r = 0x5eed;
+  struct rusage ru0, ru1;
+  getrusage(RUSAGE_SELF, &ru0);
+  for (unsigned i = 0; i < SLOTS + ROUNDS; i++) {
+    unsigned s = i < SLOTS ? i : (unsigned)((r = r * 6364136223846793005ull + 1442695040888963407ull) >> 33) % SLOTS;
+    if (buf[s] && ((unsigned char *)buf[s])[len[s] - 1] != (unsigned char)len[s]) fail("buffers: contents lost");
+    free(buf[s]);
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    len[s] = (5u << 20) + (size_t)((r >> 33) % (20u << 20));
+    if (!(buf[s] = malloc(len[s]))) fail("buffers: malloc returned NULL");
+    memset(buf[s], (unsigned char)len[s], len[s]);
+  }
+  getrusage(RUSAGE_SELF, &ru1);
+  printf("minor_faults %ld\n", ru1.ru_minflt - ru0.ru_minflt);
+  report_rss("buffers");
+  for (unsigned s = 0; s < SLOTS; s++) free(buf[s]);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc == 4 && !strcmp(argv[1], "fill")) return case_fill(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+  if (argc == 2 && !strcmp(argv[1], "drift")) return case_drift();
+  if (argc == 2 && !strcmp(argv[1], "release")) return case_release();
+  if (argc == 2 && !strcmp(argv[1], "reuse")) return case_reuse();
+  if (argc == 2 && !strcmp(argv[1], "reserve")) return case_reserve();
+  if (argc == 2 && !strcmp(argv[1], "buffers")) return case_buffers();
+  fprintf(stderr, "usage: spans fill SIZE COUNT | drift | release | reuse | reserve | buffers\n");
+  return 2;
+}

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Shared pool (suite 'spans'): every size may use the whole pool, freed memory serves any size,
+# and pages go back to the system. Each case of spans.c runs under glibc and under flatmalloc;
+# the figures are compared (RSS from /proc/self/status, page faults from getrusage; no timings).
+#
+# usage: spans.sh PATH/TO/libflatmalloc.so PATH/TO/spans
+set -euo pipefail
+export LC_ALL=C
+. "$(dirname "${BASH_SOURCE[0]}")/../sh/lib.sh"
+fm_setup "$1"
+SPANS=$2
+
+# run LABEL ENV... -- ARGS: runs spans ARGS with ENV, output in $FM_TMP/LABEL
+run() {
+  local label=$1
+  shift
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  if ! env "${envs[@]}" "$SPANS" "$@" >"$FM_TMP/$label" 2>"$FM_TMP/$label.err"; then
+    fm_show "$FM_TMP/$label.err" "stderr"
+    fm_fail "spans $* ($label) failed"
+  fi
+}
+val() { sed -n "s/^$2 //p" "$FM_TMP/$1"; }
+# le A B FACTOR: A <= B * FACTOR
+le() { awk -v a="$1" -v b="$2" -v f="$3" 'BEGIN { exit !(a <= b * f) }'; }
+
+FM=(LD_PRELOAD="$FM_SO")
+
+for fill in "32 40000000" "1000 2000000" "4000 1000000" "8192 300000" "100 10000000"; do
+  set -- $fill
+  fm_check "$2 blocks of $1 B: all allocated, peak RSS within 1.25 x glibc's"
+  run glibc -- fill "$1" "$2"
+  run fm "${FM[@]}" -- fill "$1" "$2"
+  [ "$(val fm null)" = 0 ] || fm_fail "flatmalloc returned NULL $(val fm null) times (glibc: $(val glibc null))"
+  le "$(val fm fill_peak_mib)" "$(val glibc fill_peak_mib)" 1.25 ||
+    fm_fail "peak $(val fm fill_peak_mib) MiB, glibc $(val glibc fill_peak_mib) MiB"
+  fm_ok "peak $(val fm fill_peak_mib) MiB, glibc $(val glibc fill_peak_mib) MiB"
+done
+
+fm_check "size mix drifts 64 B -> 512 B -> 4 KiB -> 64 B (1 GiB each, freed): peak within 1.25 x glibc's, at most 128 MiB resident after malloc_trim(0)"
+run glibc -- drift
+run fm "${FM[@]}" -- drift
+le "$(val fm drift_peak_mib)" "$(val glibc drift_peak_mib)" 1.25 ||
+  fm_fail "peak $(val fm drift_peak_mib) MiB, glibc $(val glibc drift_peak_mib) MiB"
+le "$(val fm drift_rss_mib)" 128 1 || fm_fail "$(val fm drift_rss_mib) MiB resident after the last free and malloc_trim(0)"
+fm_ok "peak $(val fm drift_peak_mib) MiB (glibc $(val glibc drift_peak_mib)), $(val fm drift_rss_mib) MiB left"
+
+fm_check "10,000 blocks of 200 KB, all freed: at most 256 MiB resident without malloc_trim"
+run fm "${FM[@]}" -- release
+le "$(val fm release_rss_mib)" 256 1 || fm_fail "$(val fm release_rss_mib) MiB resident after freeing them all"
+fm_ok "$(val fm release_rss_mib) MiB left of a $(val fm release_peak_mib) MiB peak"
+
+fm_check "20 buffers of 5-25 MiB, one replaced at random 2,000 times: no more page faults than glibc (x 1.25)"
+run glibc -- buffers
+run fm "${FM[@]}" -- buffers
+le "$(val fm minor_faults)" "$(val glibc minor_faults)" 1.25 ||
+  fm_fail "$(val fm minor_faults) minor faults, glibc $(val glibc minor_faults): freed pages go back and fault in again"
+fm_ok "$(val fm minor_faults) minor faults, glibc $(val glibc minor_faults)"
+
+fm_check "64 MiB pool: one size fills it (NULL only when it is full); then another size, then large blocks, reuse the freed spans"
+run fm "${FM[@]}" FLATMALLOC_POOL=64M -- reuse
+small=$(val fm small_bytes) other=$(val fm other_bytes) large=$(val fm large_bytes)
+le $((60 << 20)) "$small" 1 || fm_fail "NULL after $small bytes of 64 B blocks in a 64 MiB pool"
+le "$small" "$other" 1.05 || fm_fail "1000 B blocks got $other bytes after 64 B blocks had $small"
+le "$small" "$large" 1.10 || fm_fail "100 KB blocks got $large bytes after 64 B blocks had $small"
+fm_ok "64 B: $small bytes; then 1000 B: $other; then 100 KB: $large"
+
+fm_check "a reserved class (256:25) still allocates its 25 % after a runaway size got ENOMEM"
+run fm "${FM[@]}" FLATMALLOC_POOL=64M FLATMALLOC_CLASSES=16,64,256:25,1024 -- reserve
+runaway=$(val fm runaway_bytes) reserved=$(val fm reserved_bytes)
+le $((64 << 20)) "$reserved" 4.2 || fm_fail "the reserved class got only $reserved bytes after the runaway size"
+le "$runaway" $((64 << 20)) 0.75 || fm_fail "the runaway size took $runaway bytes, into the reservation"
+fm_ok "runaway 16 B: $runaway bytes until ENOMEM; reserved 256 B: $reserved bytes after it"
+echo "spans: all checks passed"

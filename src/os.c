@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/sysinfo.h>
@@ -61,6 +62,8 @@ uint64_t os_physical_memory(void) {
   if (sysinfo(&si) != 0) return 1ull << 30;
   return (uint64_t)si.totalram * si.mem_unit;
 }
+
+bool os_secure(void) { return getauxval(AT_SECURE) != 0; }
 
 uint64_t os_random(void) {
   uint64_t r = 0;

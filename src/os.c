@@ -1,4 +1,4 @@
-/* The only file that calls mmap, madvise, mincore and getrandom. */
+/* The only file that calls mmap, madvise, mincore, getrandom, getrlimit and getauxval. */
 #include "os.h"
 
 #include <errno.h>

@@ -29,7 +29,16 @@ libc=$(ldd "$PROBE" | awk '$1 == "libc.so.6" { print $3 }')
 libdir=$(dirname "$libc") # a standard directory: the loader found libc there
 libname=libfm-setuid-test-$$.so
 syslib=$libdir/$libname
-dir=$(mktemp -d /tmp/flatmalloc-setuid.XXXXXX)
+# a directory every user can reach, on a file system that honours the set-user-ID bit
+base=
+for d in /tmp /var/tmp /usr/local/src; do
+  if [ -d "$d" ] && ! findmnt -n -o OPTIONS -T "$d" 2>/dev/null | grep -qw nosuid; then
+    base=$d
+    break
+  fi
+done
+[ -n "$base" ] || fm_fail "/tmp, /var/tmp and /usr/local/src are all on nosuid mounts: no place for a setuid program"
+dir=$(mktemp -d "$base/flatmalloc-setuid.XXXXXX")
 trap 'rm -f "$syslib"; rm -rf "$dir" "$FM_TMP"' EXIT
 trap 'exit 1' INT TERM HUP
 chmod 755 "$dir"

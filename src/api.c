@@ -72,12 +72,8 @@ static bool pow2(size_t v) { return v && !(v & (v - 1)); }
 
 int flatmalloc_posix_memalign(void **memptr, size_t alignment, size_t size) {
   if (alignment % sizeof(void *) || !pow2(alignment)) return EINVAL;
-  int saved = errno;
   void *p = alloc_aligned(alignment, size);
-  if (!p) {
-    errno = saved;
-    return ENOMEM;
-  }
+  if (!p) return ENOMEM;   /* errno is ENOMEM too, as glibc leaves it (its tests rely on it) */
   *memptr = p;
   return 0;
 }

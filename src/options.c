@@ -1,5 +1,6 @@
 /* Settings: one table, read from environ directly (getenv may not be safe this early and
- * nothing here may allocate). A bad value stops the program with one line naming it. */
+ * nothing here may allocate). A bad value stops the program with one line naming it. In secure
+ * mode (setuid, setgid) every setting is ignored. */
 #include <unistd.h>
 
 #include "fmt.h"
@@ -162,13 +163,34 @@ static const struct option options[] = {
   {"FLATMALLOC_CHECK", "0", opt_check, "1: checking mode (headers, canaries, abort on misuse)"},
 };
 
+/* Text from the environment, made one printable line: control characters, DEL, bytes above
+ * 0x7f and the backslash escaped, and cut after OPT_SHOWN bytes, so the reason after it always
+ * shows. */
+#define OPT_SHOWN 64
+static void options_quote(struct fmt *f, const char *s) {
+  size_t i = 0;
+  for (; s[i] && i < OPT_SHOWN; i++) {
+    unsigned char c = (unsigned char)s[i];
+    const char *esc = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : c == '\\' ? "\\\\" : NULL;
+    if (esc) {
+      fmt_str(f, esc);
+    } else if (c < 0x20 || c >= 0x7f) {
+      char x[4] = {'\\', 'x', "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]};
+      fmt_mem(f, x, 4);
+    } else {
+      fmt_mem(f, (const char *)&c, 1);
+    }
+  }
+  if (s[i]) fmt_str(f, "...");
+}
+
 void options_fail(const char *name, const char *value, const char *why) {
-  char buf[512];
+  char buf[1024];   /* room for name and value at four bytes per escaped byte, and the reason */
   struct fmt f = {buf, sizeof buf, 0};
   fmt_str(&f, "flatmalloc: ");
-  fmt_str(&f, name);
+  options_quote(&f, name);
   fmt_str(&f, "=");
-  fmt_str(&f, value);
+  options_quote(&f, value);
   fmt_str(&f, ": ");
   fmt_str(&f, why);
   size_t n = fmt_end(&f);
@@ -187,6 +209,10 @@ static const char default_classes[] =
 void options_read(struct fm_options *o) {
   *o = (struct fm_options){.retain = FM_RETAIN_DEFAULT};
   if (opt_classes(default_classes, o)) options_fail("FLATMALLOC_CLASSES", default_classes, "bad default");
+  /* In a setuid or setgid program the environment is the caller's: no setting of theirs may
+   * change the pool, print the heap's layout or stop the program (glibc ignores its tunables
+   * there too). */
+  if (os_secure()) return;
   for (char **e = environ; e && *e; e++) {
     const char *kv = *e;
     if (kv[0] != 'F' || __builtin_strncmp(kv, "FLATMALLOC_", 11) != 0) continue;
@@ -197,7 +223,7 @@ void options_read(struct fm_options *o) {
       size_t n = __builtin_strlen(options[i].name);
       if ((size_t)(eq - kv) == n && __builtin_memcmp(kv, options[i].name, n) == 0) opt = &options[i];
     }
-    char name[64];
+    char name[OPT_SHOWN + 2];   /* one byte more than shown: a longer name gets its "..." */
     size_t n = (size_t)(eq - kv) < sizeof name - 1 ? (size_t)(eq - kv) : sizeof name - 1;
     __builtin_memcpy(name, kv, n);
     name[n] = 0;

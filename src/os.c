@@ -1,10 +1,12 @@
-/* The only file that calls mmap, madvise, mincore and getrandom. */
+/* The only file that calls mmap, madvise, mincore, getrandom, getrlimit and getauxval. */
 #include "os.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -61,6 +63,14 @@ uint64_t os_physical_memory(void) {
   if (sysinfo(&si) != 0) return 1ull << 30;
   return (uint64_t)si.totalram * si.mem_unit;
 }
+
+uint64_t os_address_limit(void) {
+  struct rlimit r;
+  if (getrlimit(RLIMIT_AS, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
+  return (uint64_t)r.rlim_cur;
+}
+
+bool os_secure(void) { return getauxval(AT_SECURE) != 0; }
 
 uint64_t os_random(void) {
   uint64_t r = 0;

@@ -23,6 +23,11 @@ hidden void os_release(void *p, size_t size);
 hidden size_t os_resident(const void *p, size_t size);
 hidden size_t os_page_size(void);
 hidden uint64_t os_physical_memory(void);
+/* The soft RLIMIT_AS in bytes (the process's whole address space), UINT64_MAX when unlimited. */
+hidden uint64_t os_address_limit(void);
+/* The program runs in secure mode (AT_SECURE: setuid or setgid, or file capabilities): its
+ * environment comes from a less privileged user. */
+hidden bool os_secure(void);
 hidden uint64_t os_random(void);
 hidden void os_write(int fd, const char *s, size_t n);
 hidden int os_getpid(void);

@@ -99,7 +99,10 @@ static void pool_reserve(void) {
     uint64_t phys = os_physical_memory();
     if (fm_pool.valgrind && phys > (4ull << 30)) phys = 4ull << 30;   /* memcheck's address space is smaller */
     size = phys > FM_POOL_MAX ? FM_POOL_MAX : (size_t)phys;
-    for (; size >= (64u << 20); size /= 2)
+    uint64_t cap = os_address_limit() / 2;   /* under RLIMIT_AS: half stays for stacks and mappings */
+    size_t least = cap < (64u << 20) ? (size_t)cap : (64u << 20);
+    if (size > cap) size = (size_t)cap;
+    for (; size && size >= least; size /= 2)
       if ((mem = pool_map(size, o->prefault))) break;
     if (!mem) options_fail("FLATMALLOC_POOL", "(default)", "could not reserve even 64M of address space");
   }

@@ -128,8 +128,11 @@ static void test_huge(void)
         EXPECT_NOMEM(pvalloc(n), desc);
         void *sentinel = (void *)0x5a5a5a5a5a5a5a50;
         void *q = sentinel;
+        errno = 0;
         int r = posix_memalign(&q, 4096, n);
         CHECK(r == ENOMEM, "posix_memalign(4096, %#zx) returned %d, expected ENOMEM", n, r);
+        CHECK(errno == ENOMEM, "failed posix_memalign(4096, %#zx) left errno %d; glibc 2.36 sets ENOMEM",
+              n, errno);
         CHECK(q == sentinel, "failed posix_memalign(4096, %#zx) changed *memptr to %p", n, q);
     }
     puts("ok  huge malloc/calloc/realloc/aligned_alloc/memalign/valloc/pvalloc/posix_memalign give ENOMEM");
@@ -363,8 +366,11 @@ static void test_alignment(void)
                     (SIZE_MAX / 2 + 1) + 8};
     for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         void *sentinel = (void *)0xdeadbee0, *q = sentinel;
+        errno = 1234;
         int r = posix_memalign(&q, fmt_opaque(bad[i]), 64);
         CHECK(r == EINVAL, "posix_memalign(&p, %#zx, 64) returned %d, expected EINVAL", bad[i], r);
+        CHECK(errno == 1234, "posix_memalign(&p, %#zx, 64) changed errno to %d (glibc leaves it)", bad[i],
+              errno);
         CHECK(q == sentinel, "posix_memalign(&p, %#zx, 64) failed but changed *memptr to %p", bad[i], q);
     }
 

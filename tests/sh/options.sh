@@ -72,6 +72,28 @@ reject() {
   fm_ok "$line"
 }
 
+# reject_exact LINE SETTING=VALUE...: the settings must stop every program before main with
+# exactly LINE (and its newline) on stderr.
+reject_exact() {
+  local want=$1 kind
+  shift
+  fm_check "rejected with the exact line: $want"
+  for kind in true echo mainran; do
+    run_prog "$kind" "$@"
+    [ "$rc" -eq 1 ] || {
+      fm_show "$err" "stderr"
+      fm_fail "$kind exited with status $rc, expected 1"
+    }
+    [ ! -s "$out" ] || fm_fail "$kind printed to stdout"
+    [ ! -e "$marker" ] || fm_fail "$kind: main ran (the marker file was created)"
+    if ! printf '%s\n' "$want" | cmp -s - "$err"; then
+      fm_show "$err" "stderr"
+      fm_fail "$kind: stderr is not exactly the line (and a newline): $want"
+    fi
+  done
+  fm_ok "exactly that line"
+}
+
 # accept SETTING=VALUE...: the settings must be accepted by every program.
 accept() {
   fm_check "accepted: ${*:-(no settings)}"
@@ -177,6 +199,24 @@ reject FLATMALLOC_pool 1G
 reject FLATMALLOC_CLASSES 24:100 FLATMALLOC_POOL=1G FLATMALLOC_LARGE=40
 reject FLATMALLOC_PREFAULT 2 FLATMALLOC_STATS=1
 reject FLATMALLOC_FOO 1 FLATMALLOC_STATS=1 FLATMALLOC_POOL=512M
+
+echo "== the line keeps its reason for a long value, and shows control characters escaped =="
+nines=$(printf '9%.0s' {1..64})
+reject_exact "flatmalloc: FLATMALLOC_POOL=$nines: size too large" "FLATMALLOC_POOL=$nines"
+reject_exact "flatmalloc: FLATMALLOC_POOL=$nines...: size too large" "FLATMALLOC_POOL=${nines}9"
+reject_exact "flatmalloc: FLATMALLOC_POOL=$nines...: size too large" "FLATMALLOC_POOL=$(printf '9%.0s' {1..5000})"
+long_classes=$(for i in $(seq 1 100); do printf '%d:1,' $((i * 16)); done)
+reject_exact "flatmalloc: FLATMALLOC_CLASSES=${long_classes:0:64}...: too many classes (at most 64)" \
+  "FLATMALLOC_CLASSES=$long_classes"
+reject_exact 'flatmalloc: FLATMALLOC_STATS=1\n\t\x1b[31m\r\\\x7f\xc3\xa9: expected 0 or 1' \
+  $'FLATMALLOC_STATS=1\n\t\x1b[31m\r\\\x7f\xc3\xa9'
+reject_exact 'flatmalloc: FLATMALLOC_POOL=\n\nflatmalloc: all good\n: not a size (expected a number with an optional K, M, G or T suffix)' \
+  $'FLATMALLOC_POOL=\n\nflatmalloc: all good\n'
+reject_exact 'flatmalloc: FLATMALLOC_\x1b]0;x\x07=1: unknown setting (known: FLATMALLOC_POOL, FLATMALLOC_CLASSES, FLATMALLOC_LARGE, FLATMALLOC_RETAIN, FLATMALLOC_PREFAULT, FLATMALLOC_STATS, FLATMALLOC_CHECK)' \
+  $'FLATMALLOC_\x1b]0;x\x07=1'
+# escaping counts the value's bytes, not the line's: 64 control bytes show as 256 characters, then ...
+esc64=$(printf '\\x01%.0s' {1..64})
+reject_exact "flatmalloc: FLATMALLOC_CHECK=$esc64...: expected 0 or 1" "FLATMALLOC_CHECK=$(printf '\001%.0s' {1..65})"
 
 echo "== good settings are accepted =="
 accept

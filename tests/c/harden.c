@@ -1,0 +1,397 @@
+/* Hardening probes (issue 12): heap corruption an attacker could try, each as the issue's table
+ * describes it. Every probe runs in a forked child; the parent accepts exactly two outcomes:
+ *
+ *   stopped   the child died of SIGABRT and its stderr is exactly one line, which starts with
+ *             "flatmalloc: " (with --libc: any one line, glibc's own message);
+ *   harmless  the child exited 0 with nothing on stderr, after checking that no allocation
+ *             returned the attacker's address, no block was handed out twice (every pointer
+ *             is checked against the set of live blocks), and the attacker's targets (a
+ *             global and a stack array) were not written to.
+ *
+ * Anything else fails: another signal (a SIGSEGV inside malloc), harm found by the child
+ * (it exits 3 and says what on stdout), extra lines on stderr.
+ *
+ * usage: harden [--libc] PROBE    (harden --list prints the probe names)
+ * Run in default mode and with FLATMALLOC_CHECK=1; meson registers one test per probe and mode
+ * (suite 'harden'). */
+#include "fmtest.h"
+
+#include <malloc.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#define EXIT_HARM 3
+
+/* ---- what the child checks ---------------------------------------------------------------- */
+/* The attacker's targets: 256 bytes each, the address they plant is target + 64. */
+static _Alignas(64) unsigned char global_target[256];
+static unsigned char *stack_target;
+
+#define CANARY(i) ((unsigned char)(0x5c ^ (i)))
+
+static void target_init(unsigned char *t)
+{
+    for (int i = 0; i < 256; i++)
+        t[i] = CANARY(i);
+}
+
+/* Reports harm without stdio or malloc (the heap may be damaged) and exits. */
+__attribute__((noreturn, format(printf, 1, 2))) static void harm(const char *fmt, ...)
+{
+    char buf[512];
+    int n = snprintf(buf, sizeof buf, "HARM: ");
+    va_list ap;
+    va_start(ap, fmt);
+    n += vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    if (n > (int)sizeof buf - 2)
+        n = (int)sizeof buf - 2;
+    buf[n++] = '\n';
+    if (write(1, buf, (size_t)n) < 0)
+        _exit(EXIT_HARM);
+    _exit(EXIT_HARM);
+}
+
+static void target_verify(const unsigned char *t, const char *what)
+{
+    for (int i = 0; i < 256; i++)
+        if (t[i] != CANARY(i))
+            harm("the allocator wrote into the %s target: byte %d is 0x%02x", what, i, t[i]);
+}
+
+/* The set of blocks the program holds: every new block must be new memory. */
+enum { LIVE_MAX = 4096 };
+static struct { unsigned char *p; size_t n, from; uint64_t tag; } live[LIVE_MAX]; /* [from, n) hold the tag's pattern */
+static int nlive;
+
+static bool overlaps(const void *a, size_t an, const void *b, size_t bn)
+{
+    return (uintptr_t)a < (uintptr_t)b + bn && (uintptr_t)b < (uintptr_t)a + an;
+}
+
+/* Checks a block just returned for n bytes, fills it and adds it to the live set. */
+static void *got(void *p, size_t n, const char *call)
+{
+    if (!p)
+        harm("%s returned NULL", call);
+    if (overlaps(p, n, global_target, sizeof global_target))
+        harm("%s returned %p, inside the attacker's global target %p", call, p, (void *)global_target);
+    if (stack_target && overlaps(p, n, stack_target, 256))
+        harm("%s returned %p, inside the attacker's stack target %p", call, p, (void *)stack_target);
+    for (int i = 0; i < nlive; i++)
+        if (overlaps(p, n, live[i].p, live[i].n))
+            harm("%s returned %p (%zu bytes), overlapping the live block %p (%zu bytes): handed out twice",
+                 call, p, n, (void *)live[i].p, live[i].n);
+    if (nlive == LIVE_MAX)
+        harm("live set full (test bug)");
+    uint64_t tag = (uint64_t)(uintptr_t)p ^ 0x6a09e667f3bcc908ULL;
+    fmt_fill(p, 0, n, tag);
+    live[nlive].p = p;
+    live[nlive].n = n;
+    live[nlive].from = 0;
+    live[nlive].tag = tag;
+    nlive++;
+    return p;
+}
+
+static void *xmalloc(size_t n)
+{
+    char call[48];
+    snprintf(call, sizeof call, "malloc(%zu)", n);
+    return got(malloc(n), n, call);
+}
+
+/* Forgets p (about to be freed, or freed by the probe's misuse). */
+static void forget(void *p)
+{
+    for (int i = 0; i < nlive; i++)
+        if (live[i].p == p) {
+            live[i] = live[--nlive];
+            return;
+        }
+}
+
+/* Frees a block of the live set after checking that nothing else wrote into it. */
+static void xfree(void *p)
+{
+    for (int i = 0; i < nlive; i++)
+        if (live[i].p == p) {
+            size_t bad = fmt_find_bad(p, live[i].from, live[i].n, live[i].tag);
+            if (bad != SIZE_MAX)
+                harm("live block %p (%zu bytes) was overwritten at byte %zu: it was handed out twice", p,
+                     live[i].n, bad);
+            live[i] = live[--nlive];
+            free(p);
+            return;
+        }
+    harm("xfree of a block not in the live set (test bug)");
+}
+
+/* Every live block still holds its own pattern: none was handed out again meanwhile. */
+static void live_verify(void)
+{
+    for (int i = 0; i < nlive; i++) {
+        size_t bad = fmt_find_bad(live[i].p, live[i].from, live[i].n, live[i].tag);
+        if (bad != SIZE_MAX)
+            harm("live block %p (%zu bytes) was overwritten at byte %zu", (void *)live[i].p, live[i].n, bad);
+    }
+}
+
+static void *volatile sink;
+
+/* ---- the probes ---------------------------------------------------------------------------- */
+/* 1. Free a 64 B block, overwrite its first word with a stack or global address, malloc twice. */
+static void uaf_link(unsigned char *target)
+{
+    void *p = xmalloc(64);
+    forget(p);
+    free(p);
+    *(void **)p = target + 64;
+    xmalloc(64);
+    xmalloc(64);
+}
+static void probe_uaf_global(void) { uaf_link(global_target); }
+static void probe_uaf_stack(void) { uaf_link(stack_target); }
+
+/* 2. a, b, c = malloc(32); free c, b; a linear overflow from a writes an address into b's first
+ * word (the bytes between a's end and b keep their values, as an attacker who knows the layout
+ * writes them); malloc twice. */
+static void probe_overflow_link(void)
+{
+    unsigned char *a = xmalloc(32), *b = xmalloc(32), *c = xmalloc(32);
+    forget(c);
+    free(c);
+    forget(b);
+    free(b);
+    void *addr = global_target + 64;
+    if (b > a) {
+        for (unsigned char *w = a + 32; w < b; w++)
+            *(volatile unsigned char *)w = *w;
+    }
+    memcpy(b, &addr, sizeof addr);
+    xmalloc(32);
+    xmalloc(32);
+    live_verify();
+}
+
+/* 3. 64 bytes of 'A' past a 32 B block, then 100k mixed malloc/free. Without the overflow
+ * (probe "clean") the same run must be harmless: the checks themselves raise no false alarm. */
+static void churn(bool overflow)
+{
+    unsigned char *p = xmalloc(32);
+    if (overflow)
+        memset(p + 32, 'A', 64);
+    fmt_rng r = {0x5eed};
+    enum { SLOTS = 512 };
+    static void *slot[SLOTS];
+    for (int i = 0; i < 100000; i++) {
+        int s = (int)fmt_below(&r, SLOTS);
+        if (slot[s]) {
+            xfree(slot[s]);
+            slot[s] = NULL;
+        } else {
+            uint64_t k = fmt_below(&r, 16);
+            size_t n = k < 8 ? 16 + 16 * fmt_below(&r, 8) /* 16..128, 32 most of all */
+                       : k < 12 ? 32 : k < 15 ? 1 + fmt_below(&r, 2048) : 1 + fmt_below(&r, 100000);
+            slot[s] = xmalloc(n);
+        }
+    }
+    live_verify();
+}
+static void probe_overflow_churn(void) { churn(true); }
+static void probe_clean(void) { churn(false); }
+
+/* 4. Large blocks A, B (100000 B: above the largest class, below glibc's mmap threshold);
+ * free B; an overflow from A rewrites B's list links (its first two words, where a free block's
+ * links would be, get the attacker's address; the bytes between A's end and B keep their
+ * values); then malloc, or free A to coalesce. */
+static unsigned char *large_setup(unsigned char **a_out)
+{
+    enum { N = 100000 };
+    unsigned char *a = xmalloc(N), *b = xmalloc(N);
+    xmalloc(N); /* B does not border the untouched end of the area */
+    forget(b);
+    free(b);
+    if (b > a) {
+        for (unsigned char *w = a + N; w < b; w++)
+            *(volatile unsigned char *)w = *w;
+    }
+    void *addr = global_target + 64;
+    memcpy(b, &addr, sizeof addr);
+    memcpy(b + sizeof addr, &addr, sizeof addr);
+    *a_out = a;
+    return b;
+}
+static void probe_large_unlink_malloc(void)
+{
+    unsigned char *a;
+    large_setup(&a);
+    xmalloc(100000 - 16384); /* smaller than B: a good fit takes B off its list and splits it */
+    xmalloc(100000);
+    live_verify();
+}
+static void probe_large_unlink_coalesce(void)
+{
+    unsigned char *a;
+    large_setup(&a);
+    xfree(a);
+    xmalloc(150000);
+    live_verify();
+}
+
+/* Zeroes the first n bytes of live block p (what a fresh block may hold), keeping the rest checked. */
+static void zero_head(unsigned char *p, size_t n)
+{
+    memset(p, 0, n);
+    for (int i = 0; i < nlive; i++)
+        if (live[i].p == p)
+            live[i].from = n;
+}
+
+/* 5. free(malloc(64) + 16); the next mallocs of 64 must not overlap the live block. The first
+ * 16 bytes hold zeros, so glibc (--libc) reads the same header every run. */
+static void probe_free_interior(void)
+{
+    unsigned char *p = xmalloc(64);
+    zero_head(p, 16);
+    free(p + 16);
+    for (int i = 0; i < 8; i++)
+        xmalloc(64);
+    live_verify();
+}
+
+/* 6. free(malloc(16) + 16384), an address never handed out; then enough malloc(16) to reach it
+ * in the ordinary course: it must not come out twice. */
+static void probe_free_never_handed_out(void)
+{
+    unsigned char *p = xmalloc(16);
+    free(p + 16384);
+    for (int i = 0; i < 3000; i++)
+        xmalloc(16);
+    live_verify();
+}
+
+/* 7. free(p), 4 other frees of the size, free(p); then mallocs of the size. */
+static void probe_double_free_after_4(void)
+{
+    void *p = xmalloc(48), *q[4];
+    for (int i = 0; i < 4; i++)
+        q[i] = xmalloc(48);
+    forget(p);
+    free(p);
+    for (int i = 0; i < 4; i++) {
+        forget(q[i]);
+        free(q[i]);
+    }
+    free(p);
+    for (int i = 0; i < 8; i++)
+        xmalloc(48);
+    live_verify();
+}
+
+struct probe {
+    const char *name;
+    void (*run)(void);
+};
+
+static const struct probe probes[] = {
+    {"clean", probe_clean},
+    {"uaf-global", probe_uaf_global},
+    {"uaf-stack", probe_uaf_stack},
+    {"overflow-link", probe_overflow_link},
+    {"overflow-churn", probe_overflow_churn},
+    {"large-unlink-malloc", probe_large_unlink_malloc},
+    {"large-unlink-coalesce", probe_large_unlink_coalesce},
+    {"free-interior", probe_free_interior},
+    {"free-never-handed-out", probe_free_never_handed_out},
+    {"double-free-after-4", probe_double_free_after_4},
+};
+
+/* ---- the parent ---------------------------------------------------------------------------- */
+static size_t slurp(int fd, char *buf, size_t size)
+{
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < size && (r = read(fd, buf + n, size - 1 - n)) > 0)
+        n += (size_t)r;
+    buf[n] = 0;
+    return n;
+}
+
+static void run_child(const struct probe *p)
+{
+    _Alignas(64) unsigned char local[256];
+    target_init(global_target);
+    target_init(local);
+    stack_target = local;
+    p->run();
+    target_verify(global_target, "global");
+    target_verify(local, "stack");
+    sink = local;
+    _exit(0);
+}
+
+int main(int argc, char **argv)
+{
+    int skip = fmt_init("harden", argc, argv);
+    argc -= skip;
+    argv += skip;
+    size_t nprobes = sizeof probes / sizeof probes[0];
+    if (argc == 2 && strcmp(argv[1], "--list") == 0) {
+        for (size_t i = 0; i < nprobes; i++)
+            puts(probes[i].name);
+        return 0;
+    }
+    const struct probe *p = NULL;
+    for (size_t i = 0; argc == 2 && i < nprobes; i++)
+        if (strcmp(argv[1], probes[i].name) == 0)
+            p = &probes[i];
+    if (!p) {
+        fprintf(stderr, "usage: harden [--libc] PROBE|--list\n");
+        return 2;
+    }
+    const char *mode = getenv("FLATMALLOC_CHECK");
+    printf("probe %s (%s)\n", p->name, mode && strcmp(mode, "1") == 0 ? "checking mode" : "default mode");
+
+    int out[2], err[2];
+    CHECK(pipe(out) == 0 && pipe(err) == 0, "pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        dup2(out[1], 1);
+        dup2(err[1], 2);
+        close(out[0]);
+        close(err[0]);
+        run_child(p);
+    }
+    close(out[1]);
+    close(err[1]);
+    static char o[8192], e[8192];
+    slurp(out[0], o, sizeof o);
+    size_t en = slurp(err[0], e, sizeof e);
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid, "waitpid: %s", strerror(errno));
+
+    const char *nl = strchr(e, '\n');
+    bool one_line = en > 0 && nl && nl[1] == 0;
+    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT) {
+        if (!one_line)
+            FAIL("%s: SIGABRT, but stderr is not exactly one line:\n%s", p->name, e);
+        if (fmt_flatmalloc && strncmp(e, "flatmalloc: ", 12) != 0)
+            FAIL("%s: SIGABRT, but the line does not start with \"flatmalloc: \": %s", p->name, e);
+        printf("ok %s: stopped: %s", p->name, e);
+        return 0;
+    }
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        if (en)
+            FAIL("%s: exited 0 (harmless) but wrote on stderr:\n%s", p->name, e);
+        printf("ok %s: harmless (no attacker address, no block handed out twice, targets untouched)\n", p->name);
+        return 0;
+    }
+    if (WIFEXITED(st) && WEXITSTATUS(st) == EXIT_HARM)
+        FAIL("%s: %s", p->name, o);
+    if (WIFSIGNALED(st))
+        FAIL("%s: killed by signal %d (%s), stderr: %s", p->name, WTERMSIG(st), strsignal(WTERMSIG(st)),
+             en ? e : "(empty)\n");
+    FAIL("%s: exit status %d, stdout: %s stderr: %s", p->name, WEXITSTATUS(st), o, e);
+}

@@ -132,7 +132,7 @@ grep -q "^ids ruid=65534 euid=65534 secure=0$" "$out" || fm_fail "unexpected ids
 fm_stats_verify "$err"
 plain_rejects "flatmalloc: FLATMALLOC_POOL=1K: pool too small (it needs room for its tables and one span of the largest class)" \
   FLATMALLOC_POOL=1K
-plain_rejects "flatmalloc: FLATMALLOC_CLASSES=16:50,64: expected size:percent,..." FLATMALLOC_CLASSES=16:50,64
+plain_rejects "flatmalloc: FLATMALLOC_CLASSES=16:50,24: class sizes must be multiples of 16" FLATMALLOC_CLASSES=16:50,24
 plain_rejects "flatmalloc: FLATMALLOC_FOO=1: unknown setting (known: FLATMALLOC_POOL, FLATMALLOC_CLASSES, FLATMALLOC_LARGE, FLATMALLOC_RETAIN, FLATMALLOC_PREFAULT, FLATMALLOC_STATS, FLATMALLOC_CHECK)" \
   FLATMALLOC_FOO=1
 
@@ -141,7 +141,7 @@ secure
 secure FLATMALLOC_STATS=1
 secure FLATMALLOC_POOL=1K
 secure FLATMALLOC_POOL=64M
-secure FLATMALLOC_CLASSES=16:50,64
+secure FLATMALLOC_CLASSES=16:50,24
 secure $'FLATMALLOC_CLASSES=\n\x1b[2Jbad'
 secure FLATMALLOC_FOO=1
 secure FLATMALLOC_CHECK=yes FLATMALLOC_PREFAULT=1

@@ -17,7 +17,7 @@ hidden cold __attribute__((noreturn)) void options_fail(const char *name, const 
 /* span.c: runs of chunks, for spans and large blocks */
 hidden void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t retain_bytes);
 hidden int64_t span_alloc(uint32_t len, unsigned owner, bool large);   /* first chunk, or -1 */
-hidden int64_t span_alloc_aligned(uint32_t len, uint32_t align_chunks);
+hidden int64_t span_alloc_aligned(uint32_t len, size_t align);
 hidden void span_free(uint32_t i);
 hidden bool span_resize(uint32_t i, uint32_t len);
 hidden struct fm_run *span_rec(uint32_t i);

@@ -29,7 +29,8 @@ void *large_alloc(size_t size, size_t align) {
   uint32_t len;
   if (!chunks_for(size, &len) || align > fm_pool.heap_size) return NULL;
   if (align <= chunk_bytes()) return mark(span_alloc(len, FM_CLASS_MAX, true));
-  return mark(span_alloc_aligned(len, (uint32_t)(align >> fm_pool.chunk_shift)));
+  if (align > ((size_t)1 << 31 << fm_pool.chunk_shift)) return NULL;
+  return mark(span_alloc_aligned(len, align));
 }
 
 /* calloc of a large block: chunks that never held pages, or gave them back, read as zero. */

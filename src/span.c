@@ -286,12 +286,14 @@ int64_t span_alloc(uint32_t len, unsigned owner, bool large) {
   return i;
 }
 
-/* Run for a large block aligned to align_chunks chunks. */
-int64_t span_alloc_aligned(uint32_t len, uint32_t align_chunks) {
+/* Run for a large block whose address is a multiple of align (a power of two above the chunk). */
+int64_t span_alloc_aligned(uint32_t len, size_t align) {
+  uint32_t align_chunks = (uint32_t)(align >> fm_pool.chunk_shift);
   pthread_mutex_lock(&H.lock);
   int64_t i = take(len + align_chunks - 1, FM_CLASS_MAX, RUN_LARGE);
   if (i >= 0) {
-    uint32_t a = (uint32_t)((i + align_chunks - 1) / align_chunks * align_chunks);
+    uintptr_t at = fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift);
+    uint32_t a = (uint32_t)((((at + align - 1) & ~(uintptr_t)(align - 1)) - fm_pool.heap_base) >> fm_pool.chunk_shift);
     uint32_t have = R((uint32_t)i)->len, front = a - (uint32_t)i, back = have - front - len;
     /* give back what lies before and after the aligned part */
     H.used -= front + back;

@@ -315,7 +315,7 @@ static void test_alignment(void)
     static const size_t sizes[] = {1, 17, 4096, 100000};
     /* Each request several times: where a block lands decides whether a wrong alignment shows. */
     enum { NS = sizeof sizes / sizeof sizes[0], REPS = 4 };
-    for (size_t a = 1; a <= 2 * MiB; a *= 2) {
+    for (size_t a = 1; a <= 64 * MiB; a *= 2) { /* above 2 MiB: larger than the pool's own alignment */
         void *blk[3 * NS * REPS];
         const char *fn[3 * NS * REPS];
         int n = 0;

@@ -9,11 +9,11 @@ static always_inline void *fm_alloc(size_t size) {
   if (likely(size < fm_pool.small_lim)) {
     struct fm_tcache *tc = fm_tc;
     unsigned c1 = fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN];
-    uint32_t n = tc->nc[c1].n;
-    if (likely(n != 0)) {
-      tc->nc[c1].n = --n;
-      *tc->st[c1][n] = ST_LIVE;
-      return tc->p[c1][n];
+    void **top = tc->top[c1];
+    if (likely(top != tc->base[c1])) {
+      tc->top[c1] = --top;
+      *FM_ST_OF(top) = ST_LIVE;
+      return *top;
     }
   }
   return fm_malloc_slow(size);
@@ -22,23 +22,22 @@ static always_inline void *fm_alloc(size_t size) {
 /* ptr must be a block start (one multiplication by the class's magic tells, and gives the
  * block's number q) whose state is LIVE; the freed block itself is never read or written. */
 static always_inline void fm_free(void *ptr) {
-  uintptr_t off = (uintptr_t)ptr - fm_pool.heap_base;
-  /* rotating the low 4 bits to the top folds "misaligned" into "outside the heap" */
-  if (likely(((off >> 4) | (off << 60)) < fm_pool.heap_units)) {
-    uint64_t e = fm_pool.pmap[off >> fm_pool.chunk_shift];
+  uintptr_t ch = ((uintptr_t)ptr - fm_pool.heap_base) >> fm_pool.chunk_shift;
+  if (likely(ch < fm_pool.heap_chunks)) {   /* a misaligned pointer fails the block-start test */
+    uint64_t e = fm_pool.pmap[ch];
     unsigned c1 = (uint8_t)e;
-    uintptr_t span = (uintptr_t)(e >> 8);
     uint64_t magic = fm_cf.magic[c1];
+    uintptr_t span = (uintptr_t)(e >> 8);
     unsigned __int128 m = (unsigned __int128)((uintptr_t)ptr - span) * magic;
     if (likely((uint64_t)m < magic)) {
       uint8_t *st = (uint8_t *)span + fm_cf.st_off[c1] + (uint64_t)(m >> 64);
       struct fm_tcache *tc = fm_tc;
-      uint32_t n = tc->nc[c1].n;
-      if (likely(*st == ST_LIVE && n < tc->nc[c1].cap)) {
+      void **top = tc->top[c1];
+      if (likely(*st == ST_LIVE && top < tc->lim[c1])) {
         *st = ST_CACHED;
-        tc->p[c1][n] = ptr;
-        tc->st[c1][n] = st;
-        tc->nc[c1].n = n + 1;
+        *top = ptr;
+        FM_ST_OF(top) = st;
+        tc->top[c1] = top + 1;
         return;
       }
     }

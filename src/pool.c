@@ -122,7 +122,7 @@ static void pool_start(void) {
    * they are, with no extra test. */
   check_pool_start();
   if (!P->checked) {
-    P->heap_units = P->heap_size / FM_ALIGN;
+    P->heap_chunks = P->heap_size >> P->chunk_shift;
     P->small_lim = P->small_max + 1;
   }
 }

@@ -45,20 +45,23 @@ static void slot_push(struct fm_tcache *s) {
                                                 memory_order_release, memory_order_relaxed));
 }
 
+static uint32_t cached(const struct fm_tcache *tc, unsigned c1) { return (uint32_t)(tc->top[c1] - tc->base[c1]); }
+
 /* Gives the oldest n cached blocks of class c back to the class. */
 static void bin_flush(struct fm_tcache *tc, unsigned c, uint32_t n) {
   unsigned c1 = c + 1;
   class_give(c, tc->p[c1], tc->st[c1], n);
-  uint32_t left = tc->nc[c1].n -= n;
+  uint32_t left = cached(tc, c1) - n;
   memmove(tc->p[c1], tc->p[c1] + n, left * sizeof tc->p[c1][0]);
   memmove(tc->st[c1], tc->st[c1] + n, left * sizeof tc->st[c1][0]);
+  tc->top[c1] -= n;
 }
 
 static void tcache_exit(void *v) {
   struct fm_tcache *tc = v;
   fm_tc = &fm_tc_empty;
   for (unsigned c = 0; c < fm_pool.nclass; c++)
-    if (tc->nc[c + 1].n) bin_flush(tc, c, tc->nc[c + 1].n);
+    if (cached(tc, c + 1)) bin_flush(tc, c, cached(tc, c + 1));
   atomic_store_explicit((_Atomic uint32_t *)&tc->live, 0, memory_order_relaxed);
   slot_push(tc);
 }
@@ -71,8 +74,10 @@ static struct fm_tcache *tcache_attach(void) {
   struct fm_tcache *tc = slot_pop();
   if (!tc) return NULL;
   for (unsigned c = 0; c < fm_pool.nclass; c++) {
-    tc->nc[c + 1].n = 0;
-    tc->nc[c + 1].cap = fm_pool.heap_units ? 2 * fm_pool.cls[c].batch : 0;
+    unsigned c1 = c + 1;
+    bool caching = fm_pool.heap_chunks != 0;   /* not in checking or memcheck mode */
+    tc->base[c1] = tc->top[c1] = caching ? tc->p[c1] : NULL;
+    tc->lim[c1] = caching ? tc->p[c1] + 2 * fm_pool.cls[c].batch : NULL;
   }
   tc->live = 1;
   fm_tc = tc;
@@ -97,12 +102,13 @@ void *tcache_alloc(unsigned c, bool borrow) {
     unsigned k1 = k + 1;
     void *p;
     uint8_t *st;
-    if (tc->nc[k1].cap) {
-      if (!tc->nc[k1].n) tc->nc[k1].n = class_take(k, tc->p[k1], tc->st[k1], fm_pool.cls[k].batch, k == c);
-      if (!tc->nc[k1].n) goto next;
-      uint32_t n = --tc->nc[k1].n;
-      p = tc->p[k1][n];
-      st = tc->st[k1][n];
+    if (tc->base[k1]) {
+      if (tc->top[k1] == tc->base[k1])
+        tc->top[k1] = tc->base[k1] + class_take(k, tc->p[k1], tc->st[k1], fm_pool.cls[k].batch, k == c);
+      if (tc->top[k1] == tc->base[k1]) goto next;
+      void **top = --tc->top[k1];
+      p = *top;
+      st = FM_ST_OF(top);
     } else if (!class_take(k, &p, &st, 1, k == c)) {
       goto next;
     }
@@ -122,14 +128,14 @@ void tcache_free(void *p, unsigned c, uint8_t *st) {
   struct fm_tcache *tc = tcache_mine();
   unsigned c1 = c + 1;
   *st = ST_CACHED;
-  if (!tc->nc[c1].cap) {   /* no slot, or checking or memcheck mode: no caching */
+  if (!tc->base[c1]) {   /* no slot, or checking or memcheck mode: no caching */
     class_give(c, &p, &st, 1);
     return;
   }
-  if (tc->nc[c1].n >= tc->nc[c1].cap) bin_flush(tc, c, tc->nc[c1].cap / 2);
-  uint32_t n = tc->nc[c1].n++;
-  tc->p[c1][n] = p;
-  tc->st[c1][n] = st;
+  if (tc->top[c1] >= tc->lim[c1]) bin_flush(tc, c, (uint32_t)(tc->lim[c1] - tc->base[c1]) / 2);
+  void **top = tc->top[c1]++;
+  *top = p;
+  FM_ST_OF(top) = st;
 }
 
 /* malloc_trim: the calling thread's cached blocks go back to their spans. */
@@ -137,7 +143,7 @@ void tcache_trim(void) {
   struct fm_tcache *tc = fm_tc;
   if (tc == &fm_tc_empty) return;
   for (unsigned c = 0; c < fm_pool.nclass; c++)
-    if (tc->nc[c + 1].n) bin_flush(tc, c, tc->nc[c + 1].n);
+    if (cached(tc, c + 1)) bin_flush(tc, c, cached(tc, c + 1));
 }
 
 /* Blocks of class c sitting in thread caches (read without the threads' help: approximate
@@ -145,7 +151,11 @@ void tcache_trim(void) {
 uint64_t tcache_cached(unsigned c) {
   uint64_t n = 0;
   uint32_t used = atomic_load_explicit(&fm_pool.slots_used, memory_order_relaxed);
-  for (uint32_t i = 0; i < used; i++) n += __atomic_load_n(&fm_pool.slots[i].nc[c + 1].n, __ATOMIC_RELAXED);
+  for (uint32_t i = 0; i < used; i++) {
+    struct fm_tcache *tc = &fm_pool.slots[i];
+    void **top = __atomic_load_n(&tc->top[c + 1], __ATOMIC_RELAXED), **base = tc->base[c + 1];
+    n += top > base ? (uint64_t)(top - base) : 0;
+  }
   return n;
 }
 
@@ -157,8 +167,8 @@ int tcache_check(void) {
     for (unsigned c = 0; c < fm_pool.nclass; c++) {
       struct fm_tcache *tc = &fm_pool.slots[i];
       unsigned c1 = c + 1;
-      if (tc->nc[c1].n > tc->nc[c1].cap) faults++;
-      for (uint32_t j = 0; j < tc->nc[c1].n && j < FM_CACHE_MAX; j++) {
+      if (tc->top[c1] < tc->base[c1] || tc->top[c1] > tc->lim[c1]) faults++;
+      for (uint32_t j = 0; j < cached(tc, c1) && j < FM_CACHE_MAX; j++) {
         uint8_t *st;
         void *p = tc->p[c1][j];
         if (class_at(p) != (int)c || class_block(p, c, &st) != p || st != tc->st[c1][j] ||

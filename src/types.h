@@ -103,21 +103,24 @@ struct fm_cf {
 };
 
 /* A thread cache slot: per class (indexed by class + 1, as the page map and the size table
- * name classes), its free blocks, newest last, and their state bytes. Slots live in the pool's
- * meta area and are recycled through a lock-free stack, so statistics can read every slot
- * without the threads' help. */
+ * name classes), its free blocks p[c1][base..top), newest last, and their state bytes at the
+ * same place of st (FM_ST_DELTA bytes further). free() pushes while top < lim; an empty cache
+ * (NULL, NULL, NULL) sends every call to the slow path. Slots live in the pool's meta area and
+ * are recycled through a lock-free stack, so statistics can read every slot without the
+ * threads' help. */
 #define FM_BINS (FM_CLASS_MAX + 1)
 struct fm_tcache {
   uint64_t next_free;    /* link on the stack of unused slots */
   uint32_t index;
   uint32_t live;
-  struct {
-    uint32_t n;
-    uint32_t cap;        /* free() pushes while n < cap; 0 sends every free to the slow path */
-  } nc[FM_BINS];
+  void **top[FM_BINS];
+  void **lim[FM_BINS];
+  void **base[FM_BINS];
   void *p[FM_BINS][FM_CACHE_MAX];
   uint8_t *st[FM_BINS][FM_CACHE_MAX];
 };
+#define FM_ST_DELTA (sizeof(void *[FM_BINS][FM_CACHE_MAX]))
+#define FM_ST_OF(slot) (*(uint8_t **)((char *)(slot) + FM_ST_DELTA))
 
 /* One size class: geometry, the spans with free blocks (by occupancy) and counters. */
 #define FM_BUCKETS 8u
@@ -173,7 +176,7 @@ struct fm_options {
 /* Everything the fast paths read sits in the first cache line. */
 struct fm_pool {
   uintptr_t heap_base;
-  size_t heap_units;         /* heap size / 16; 0 sends every free to the slow path */
+  size_t heap_chunks;        /* chunks in the heap; 0 sends every free to the slow path */
   size_t small_lim;          /* sizes below this take the fast path; 0 before start-up */
   const uint8_t *cls_of;     /* (size + 15) / 16 -> class + 1 */
   const uint64_t *pmap;      /* chunk -> span address << 8 | (class + 1); 0: not in a span */

@@ -118,9 +118,8 @@ static struct profile_table *table_new(void) {
 }
 
 /* The calling thread's table, taken at its first call (NULL when none can be had). */
-static struct profile_table *table_get(void) {
-  struct profile_table *t = profile_tl;
-  if (t) return t;
+static noinline cold struct profile_table *table_attach(void) {
+  struct profile_table *t;
   if (!(t = table_pop()) && !(t = table_new())) {
     atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed);   /* rare: > 4096 threads */
     return NULL;
@@ -128,6 +127,11 @@ static struct profile_table *table_get(void) {
   profile_tl = t;
   pthread_setspecific(profile_key, t);   /* may allocate: profile_tl is set already */
   return t;
+}
+
+static inline struct profile_table *table_get(void) {
+  struct profile_table *t = profile_tl;
+  return likely(t != NULL) ? t : table_attach();
 }
 
 static void profile_thread_exit(void *v) {

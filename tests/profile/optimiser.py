@@ -5,7 +5,8 @@ usage: optimiser.py PATH/TO/scripts/flatmalloc-classes PATH/TO/src/options.c
 
 1. 400 random histograms of 1-9 sizes (multiples of 16 up to 4 KiB, peaks 0-50) and every k:
    the optimiser's waste equals the least waste over every class set of at most k sizes that
-   contains the largest size, and its classes give that waste.
+   contains the largest size, and its classes give that waste; with a cost per class
+   (--class-cost), waste + cost * classes is the least over every count up to k.
 2. 30 random histograms of 40-80 sizes: equal to a plain O(k n^2) dynamic programme.
 3. The script's DEFAULT_CLASSES are the sizes of default_classes in src/options.c.
 4. --reserve percents sum to at most 50, --old-shares to exactly 100, each above 0.
@@ -59,7 +60,7 @@ for trial in range(400):
     sizes = sorted(rng.sample(range(16, 4097, 16), n))
     weights = [rng.choice([0, 1, 2, 3, 7, 50, rng.randint(0, 50)]) for _ in sizes]
     for k in range(1, n + 1):
-        waste, classes = fm.optimise(sizes, weights, k)
+        waste, classes, by_count = fm.optimise(sizes, weights, k)
         want = brute(sizes, weights, k)
         if waste != want:
             fail(f'sizes {sizes} peaks {weights} k={k}: optimiser {waste}, brute force {want}')
@@ -70,14 +71,21 @@ for trial in range(400):
         if any(c % 16 for c in classes):
             fail(f'classes {classes} not multiples of 16')
         checked += 1
-print(f'ok: {checked} (histogram, k) pairs equal to brute force')
+        # --class-cost: waste + cost * classes is least over every count up to k
+        cc = rng.choice([0, 16, 500, 10 ** 4])
+        waste, classes, _ = fm.optimise(sizes, weights, k, cc)
+        want = min(brute(sizes, weights, m) + cc * m for m in range(1, k + 1))
+        if waste + cc * len(classes) != want or fm.waste_of(sizes, weights, classes) != waste:
+            fail(f'sizes {sizes} peaks {weights} k={k} class cost {cc}: {classes} gives '
+                 f'{waste} + {cc} * {len(classes)}, brute force {want}')
+print(f'ok: {checked} (histogram, k) pairs equal to brute force, also with a cost per class')
 
 for trial in range(30):
     n = rng.randint(40, 80)
     sizes = sorted(rng.sample(range(16, 65537, 16), n))
     weights = [rng.randint(0, 1000) for _ in sizes]
     for k in (1, 2, 5, 17, n - 1):
-        waste, _ = fm.optimise(sizes, weights, k)
+        waste, _, _ = fm.optimise(sizes, weights, k)
         want = plain_dp(sizes, weights, k)
         if waste != want:
             fail(f'n={n} k={k}: optimiser {waste}, plain dynamic programme {want}')

@@ -130,9 +130,11 @@ static const char *opt_retain(const char *v, struct fm_options *o) {
 static const char *opt_prefault(const char *v, struct fm_options *o) { return parse_bool(v, &o->prefault); }
 static const char *opt_stats(const char *v, struct fm_options *o) { return parse_bool(v, &o->stats); }
 static const char *opt_check(const char *v, struct fm_options *o) { return parse_bool(v, &o->check); }
+/* Ignored in a setuid or setgid program (AT_SECURE): it would create files with the program's
+ * privileges wherever the caller names. */
 static const char *opt_profile(const char *v, struct fm_options *o) {
   if (!*v) return "expected a file path";
-  o->profile = v;
+  if (!os_secure()) o->profile = v;
   return NULL;
 }
 

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/sysinfo.h>
@@ -85,7 +86,7 @@ void os_write(int fd, const char *s, size_t n) {
 int os_getpid(void) { return (int)getpid(); }
 
 int os_create(const char *path) {
-  int saved = errno, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int saved = errno, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   errno = saved;
   return fd;
 }
@@ -95,6 +96,8 @@ void os_close(int fd) {
   close(fd);
   errno = saved;
 }
+
+bool os_secure(void) { return getauxval(AT_SECURE) != 0; }
 
 bool os_cwd(char *buf, size_t size) {
   int saved = errno;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/classes.sh [--rounds N] [--old-shares] LIBFLATMALLOC -- CMD [ARGS...] : profile -> classes
+# bench/classes.sh [--rounds N] [--old-shares] [--name NAME] LIBFLATMALLOC -- CMD [ARGS...] : profile -> classes
 # -> run for any program (bench/pg/classes.sh does the same for PostgreSQL).
 #
 #  1. CMD once under FLATMALLOC_PROFILE (every process writes FILE.PID), timed
@@ -9,16 +9,19 @@
 #  3. N rounds (5 by default), alternating default classes / proposal / proposal with the class
 #     cost / profiling: wall-clock seconds and peak RSS (GNU time's %e and %M). Prints every
 #     value and the medians.
+# The plot goes to bench/plots/NAME_classes.png (NAME: the last argument's base name by default).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/.." && pwd)
 rounds=5
+name=
 shares=
 lib=
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift ;;
     --old-shares) shares=--old-shares ;;
+    --name) name=$2; shift ;;
     --) shift; break ;;
     *) lib=$1 ;;
   esac
@@ -48,7 +51,8 @@ envrun() { run "$@" "${cmd[@]}"; }
 echo "== profile: ${cmd[*]} =="
 read -r s m < <(envrun FLATMALLOC_PROFILE="$tmp/p")
 echo "profiling run: $s s, peak RSS $m kB, $(ls "$tmp" | grep -c '^p\.') process file(s)"
-classes --png "$top/bench/plots/$(basename "${cmd[-1]}" | tr -c 'A-Za-z0-9\n' _)_classes.png" "$tmp/p"
+[ -n "$name" ] || name=$(basename "${cmd[-1]}" | tr -c 'A-Za-z0-9\n' _)
+classes --png "$top/bench/plots/${name}_classes.png" "$tmp/p"
 classes --no-png --class-cost 32768 "$tmp/p" | tee "$tmp/cc"
 proposal=$(classes --no-png $shares "$tmp/p" | sed -n 1p)
 proposal_cc=$(classes --no-png --class-cost 32768 $shares "$tmp/p" | sed -n 1p)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/pg/classes.sh [--rounds N] [--old-shares] LIBFLATMALLOC : profile -> classes -> run on
+# bench/pg/classes.sh [--rounds N] [--old-shares] [--configs LIST] LIBFLATMALLOC : profile -> classes -> run on
 # PostgreSQL's GROUP BY workload (the table and query of bench/pg/run.sh: 500 times
 # SELECT region, SUM(amount) FROM sales GROUP BY region in one psql session).
 #
@@ -12,7 +12,8 @@
 #     cost / profiling (FLATMALLOC_PROFILE set, to time the recording): each starts
 #     the server, runs a warm-up session and a timed one, reads the session backend's VmHWM and
 #     RssAnon from /proc/self/status at the end, stops the server. Prints every value and the
-#     medians.
+#     medians. --configs picks the configurations and their order in a round (comma-separated;
+#     default default,proposal,proposal-cc,profiling).
 # Everything runs as bench/pg/run.sh does (private socket, no TCP, fsync off); only the server
 # gets the library.
 set -euo pipefail
@@ -21,12 +22,14 @@ top=$(cd "$here/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=../../tests/pg/pg-lib.sh
 . "$top/tests/pg/pg-lib.sh"
 rounds=5
+configs=default,proposal,proposal-cc,profiling
 shares=
 lib=
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift ;;
     --old-shares) shares=--old-shares ;;
+    --configs) configs=$2; shift ;;
     *) lib=$1 ;;
   esac
   shift
@@ -113,12 +116,13 @@ echo "== $rounds rounds, alternating =="
 echo "round config seconds vmhwm_kb rss_anon_kb"
 declare -A S H R
 for i in $(seq "$rounds"); do
-  for cfg in default proposal proposal-cc profiling; do
+  for cfg in ${configs//,/ }; do
     case $cfg in
       default) read -r s h r < <(session) ;;
       proposal) read -r s h r < <(session "$proposal") ;;
       proposal-cc) read -r s h r < <(session "$proposal_cc") ;;
       profiling) read -r s h r < <(session FLATMALLOC_PROFILE="$tmp/scratch/p$i") ;;
+      *) log "unknown configuration $cfg"; exit 2 ;;
     esac
     echo "$i $cfg $s $h $r"
     S[$cfg]+="$s "; H[$cfg]+="$h "; R[$cfg]+="$r "
@@ -126,7 +130,7 @@ for i in $(seq "$rounds"); do
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo "== medians =="
-for cfg in default proposal proposal-cc profiling; do
+for cfg in ${configs//,/ }; do
   # shellcheck disable=SC2086
   echo "$cfg: $(median ${S[$cfg]}) s, backend VmHWM $(median ${H[$cfg]}) kB, RssAnon $(median ${R[$cfg]}) kB"
 done

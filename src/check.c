@@ -67,6 +67,7 @@ static void *check_alloc(size_t size, size_t align) {
     for (size_t i = 0; i < n; i++) user[size + i] = canary_byte(user + size + i);
     VALGRIND_MAKE_MEM_NOACCESS(b, (size_t)(user - b));
     VALGRIND_MAKE_MEM_NOACCESS(user + size, (size_t)(end - user - size));
+    profile_alloc(size);
   }
   VALGRIND_ENABLE_ERROR_REPORTING;
   if (user) VALGRIND_MALLOCLIKE_BLOCK(user, size, 0, 0);
@@ -138,6 +139,7 @@ static void check_release(void *p, struct found *f) {
   VALGRIND_FREELIKE_BLOCK(p, 0);
   VALGRIND_DISABLE_ERROR_REPORTING;
   f->h->magic = magic(f->h, false);
+  profile_free(f->size);
   block_free(f->b);
   VALGRIND_ENABLE_ERROR_REPORTING;
 }
@@ -175,6 +177,8 @@ void *check_realloc(void *p, size_t size) {
     VALGRIND_RESIZEINPLACE_BLOCK(p, old, size, 0);
     VALGRIND_DISABLE_ERROR_REPORTING;
     f.h->size = size;
+    profile_free(old);
+    profile_alloc(size);
     size_t n = canary_len(user, size, end);
     for (size_t i = 0; i < n; i++) user[size + i] = canary_byte(user + size + i);
     VALGRIND_MAKE_MEM_NOACCESS(user + size, (size_t)(end - user - size));

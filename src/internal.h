@@ -82,6 +82,11 @@ hidden void check_pool_start(void);
 /* stats.c */
 hidden void stats_setup(void);
 
+/* profile.c: FLATMALLOC_PROFILE; check.c reports each block's requested size */
+hidden void profile_setup(void);
+hidden void profile_alloc(size_t size);
+hidden void profile_free(size_t size);
+
 /* api.c slow paths, behind the inline fast paths of fast.h */
 hidden noinline void *fm_malloc_slow(size_t size);
 hidden noinline void fm_free_slow(void *p);

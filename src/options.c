@@ -150,6 +150,13 @@ static const char *opt_retain(const char *v, struct fm_options *o) {
 static const char *opt_prefault(const char *v, struct fm_options *o) { return parse_bool(v, &o->prefault); }
 static const char *opt_stats(const char *v, struct fm_options *o) { return parse_bool(v, &o->stats); }
 static const char *opt_check(const char *v, struct fm_options *o) { return parse_bool(v, &o->check); }
+/* Ignored in a setuid or setgid program (AT_SECURE): it would create files with the program's
+ * privileges wherever the caller names. */
+static const char *opt_profile(const char *v, struct fm_options *o) {
+  if (!*v) return "expected a file path";
+  if (!os_secure()) o->profile = v;
+  return NULL;
+}
 
 static const struct option options[] = {
   {"FLATMALLOC_POOL", "physical memory, halved until it can be reserved", opt_pool,
@@ -161,6 +168,7 @@ static const struct option options[] = {
   {"FLATMALLOC_PREFAULT", "0", opt_prefault, "1: commit every page of the pool at start-up"},
   {"FLATMALLOC_STATS", "0", opt_stats, "1: print statistics to stderr at exit"},
   {"FLATMALLOC_CHECK", "0", opt_check, "1: checking mode (headers, canaries, abort on misuse)"},
+  {"FLATMALLOC_PROFILE", "unset", opt_profile, "record request sizes and peaks into FILE.PID at exit"},
 };
 
 /* Text from the environment, made one printable line: control characters, DEL, bytes above
@@ -231,7 +239,8 @@ void options_read(struct fm_options *o) {
     if (!opt)
       options_fail(name, value,
                    "unknown setting (known: FLATMALLOC_POOL, FLATMALLOC_CLASSES, FLATMALLOC_LARGE, "
-                   "FLATMALLOC_RETAIN, FLATMALLOC_PREFAULT, FLATMALLOC_STATS, FLATMALLOC_CHECK)");
+                   "FLATMALLOC_RETAIN, FLATMALLOC_PREFAULT, FLATMALLOC_STATS, FLATMALLOC_CHECK, "
+                   "FLATMALLOC_PROFILE)");
     const char *why = opt->parse(value, o);
     if (why) options_fail(name, value, why);
     if (opt->parse == opt_classes) o->classes_text = value;

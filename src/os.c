@@ -94,6 +94,25 @@ void os_write(int fd, const char *s, size_t n) {
 
 int os_getpid(void) { return (int)getpid(); }
 
+int os_create(const char *path) {
+  int saved = errno, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  errno = saved;
+  return fd;
+}
+
+void os_close(int fd) {
+  int saved = errno;
+  close(fd);
+  errno = saved;
+}
+
+bool os_cwd(char *buf, size_t size) {
+  int saved = errno;
+  bool ok = getcwd(buf, size) != NULL;   /* with a buffer, glibc's getcwd does not allocate */
+  errno = saved;
+  return ok;
+}
+
 int os_dup_high(int fd) {
   int saved = errno, d = fcntl(fd, F_DUPFD_CLOEXEC, 512);
   if (d < 0) d = fcntl(fd, F_DUPFD_CLOEXEC, 3);

@@ -31,6 +31,12 @@ hidden bool os_secure(void);
 hidden uint64_t os_random(void);
 hidden void os_write(int fd, const char *s, size_t n);
 hidden int os_getpid(void);
+/* Creates (or truncates) path for writing, close-on-exec, not through a symbolic link; -1 on
+ * failure. Keeps errno. */
+hidden int os_create(const char *path);
+hidden void os_close(int fd);
+/* The current directory into buf; false when it does not fit or cannot be read. */
+hidden bool os_cwd(char *buf, size_t size);
 /* A close-on-exec copy of fd, numbered high out of the program's way; fd itself on failure. */
 hidden int os_dup_high(int fd);
 #endif

@@ -114,10 +114,11 @@ static void pool_start(void) {
   struct fm_pool *P = &fm_pool;
   options_read(&P->opt);
   P->valgrind = vg_memcheck();
-  P->checked = P->opt.check || P->valgrind;
+  P->checked = P->opt.check || P->valgrind || P->opt.profile;
   pool_reserve();
   tcache_setup();
   stats_setup();
+  profile_setup();
   /* Check mode and memcheck send every call through the slow paths: the fast paths stay as
    * they are, with no extra test. */
   check_pool_start();

@@ -171,6 +171,7 @@ struct fm_options {
   bool large_set;
   size_t retain;
   bool prefault, stats, check;
+  const char *profile;      /* FLATMALLOC_PROFILE: record request sizes into this path's FILE.PID */
 };
 
 /* Everything the fast paths read sits in the first cache line. */

@@ -189,6 +189,8 @@ reject FLATMALLOC_PREFAULT yes
 reject FLATMALLOC_PREFAULT ''
 reject FLATMALLOC_STATS 2
 reject FLATMALLOC_CHECK x
+# FLATMALLOC_PROFILE: a path
+reject FLATMALLOC_PROFILE ""
 # FLATMALLOC_RETAIN
 reject FLATMALLOC_RETAIN abc
 reject FLATMALLOC_RETAIN 10Q
@@ -212,7 +214,7 @@ reject_exact 'flatmalloc: FLATMALLOC_STATS=1\n\t\x1b[31m\r\\\x7f\xc3\xa9: expect
   $'FLATMALLOC_STATS=1\n\t\x1b[31m\r\\\x7f\xc3\xa9'
 reject_exact 'flatmalloc: FLATMALLOC_POOL=\n\nflatmalloc: all good\n: not a size (expected a number with an optional K, M, G or T suffix)' \
   $'FLATMALLOC_POOL=\n\nflatmalloc: all good\n'
-reject_exact 'flatmalloc: FLATMALLOC_\x1b]0;x\x07=1: unknown setting (known: FLATMALLOC_POOL, FLATMALLOC_CLASSES, FLATMALLOC_LARGE, FLATMALLOC_RETAIN, FLATMALLOC_PREFAULT, FLATMALLOC_STATS, FLATMALLOC_CHECK)' \
+reject_exact 'flatmalloc: FLATMALLOC_\x1b]0;x\x07=1: unknown setting (known: FLATMALLOC_POOL, FLATMALLOC_CLASSES, FLATMALLOC_LARGE, FLATMALLOC_RETAIN, FLATMALLOC_PREFAULT, FLATMALLOC_STATS, FLATMALLOC_CHECK, FLATMALLOC_PROFILE)' \
   $'FLATMALLOC_\x1b]0;x\x07=1'
 # escaping counts the value's bytes, not the line's: 64 control bytes show as 256 characters, then ...
 esc64=$(printf '\\x01%.0s' {1..64})
@@ -244,6 +246,7 @@ accept FLATMALLOC_STATS=0
 accept FLATMALLOC_STATS=1
 accept FLATMALLOC_CHECK=0
 accept FLATMALLOC_CHECK=1
+accept FLATMALLOC_PROFILE="$FM_TMP/profile"
 accept FLATMALLOC_RETAIN=0
 accept FLATMALLOC_RETAIN=64M
 accept FLATMALLOC_RETAIN=1G

@@ -169,6 +169,8 @@ static void span_retire(struct fm_class *k, uint32_t head) {
   span_free(head);
 }
 
+static void class_give_spans(struct fm_class *k, unsigned c, void *const *p, uint8_t *const *st, uint32_t n);
+
 /* ---- batches ----------------------------------------------------------------------------- */
 /* Takes up to `want` FREE blocks of span head into p/st, marking them CACHED. */
 static uint32_t span_take(struct fm_class *k, uint32_t head, void **p, uint8_t **st, uint32_t want) {
@@ -203,6 +205,13 @@ uint32_t class_take(unsigned c, void **p, uint8_t **st, uint32_t want, bool grow
   struct fm_class *k = &fm_pool.cls[c];
   uint32_t got = 0;
   pthread_mutex_lock(&k->lock);
+  if (want == k->batch && k->xfer_n) {
+    k->xfer_n--;
+    memcpy(p, k->xfer_p[k->xfer_n], want * sizeof *p);
+    memcpy(st, k->xfer_st[k->xfer_n], want * sizeof *st);
+    pthread_mutex_unlock(&k->lock);
+    return want;   /* they never left the class's count of blocks out */
+  }
   while (got < want) {
     if (!k->bucket_map && (!grow || !span_new(c))) break;
     uint32_t head = k->bucket[__builtin_ctz(k->bucket_map)] - 1;
@@ -214,12 +223,26 @@ uint32_t class_take(unsigned c, void **p, uint8_t **st, uint32_t want, bool grow
   return got;
 }
 
-/* Returns n CACHED blocks of class c to their spans; a span with no block out goes back to
- * the pool. */
+/* Takes back n CACHED blocks of class c: a whole batch goes to the transfer cache while it has
+ * room, anything else to the blocks' spans, where a span with no block out goes back to the
+ * pool. */
 void class_give(unsigned c, void *const *p, uint8_t *const *st, uint32_t n) {
   struct fm_class *k = &fm_pool.cls[c];
-  uint32_t shift = fm_pool.chunk_shift;
   pthread_mutex_lock(&k->lock);
+  if (n == k->batch && k->xfer_n < FM_XFER) {
+    memcpy(k->xfer_p[k->xfer_n], p, n * sizeof *p);
+    memcpy(k->xfer_st[k->xfer_n], st, n * sizeof *st);
+    k->xfer_n++;
+    pthread_mutex_unlock(&k->lock);
+    return;
+  }
+  class_give_spans(k, c, p, st, n);
+  pthread_mutex_unlock(&k->lock);
+}
+
+/* Returns n CACHED blocks to their spans (class lock held). */
+static void class_give_spans(struct fm_class *k, unsigned c, void *const *p, uint8_t *const *st, uint32_t n) {
+  uint32_t shift = fm_pool.chunk_shift;
   k->out -= n;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t ch = (uint32_t)(((uintptr_t)p[i] - fm_pool.heap_base) >> shift);
@@ -242,14 +265,18 @@ void class_give(unsigned c, void *const *p, uint8_t *const *st, uint32_t n) {
       bucket_insert(k, head);
     }
   }
-  pthread_mutex_unlock(&k->lock);
 }
 
-/* malloc_trim: the empty spans kept back go to the pool. */
+/* malloc_trim: the batches of the transfer caches go to their spans, the empty spans kept
+ * back to the pool. */
 void class_trim(void) {
   for (unsigned c = 0; c < fm_pool.nclass; c++) {
     struct fm_class *k = &fm_pool.cls[c];
     pthread_mutex_lock(&k->lock);
+    while (k->xfer_n) {
+      k->xfer_n--;
+      class_give_spans(k, c, k->xfer_p[k->xfer_n], k->xfer_st[k->xfer_n], k->batch);
+    }
     if (k->spare) span_retire(k, k->spare - 1);
     k->spare = 0;
     pthread_mutex_unlock(&k->lock);
@@ -277,6 +304,7 @@ void class_after_fork(void) {
     k->epoch++;
     k->bucket_map = 0;
     k->spare = 0;
+    k->xfer_n = 0;   /* their blocks stay CACHED: the child leaves them */
     memset(k->bucket, 0, sizeof k->bucket);
   }
 }
@@ -284,7 +312,7 @@ void class_after_fork(void) {
 void class_stats(unsigned c, struct class_stats *s) {
   struct fm_class *k = &fm_pool.cls[c];
   pthread_mutex_lock(&k->lock);
-  *s = (struct class_stats){.out = k->out, .peak = k->peak, .spans = k->spans, .spans_peak = k->spans_peak,
+  *s = (struct class_stats){.out = k->out - (uint64_t)k->xfer_n * k->batch, .peak = k->peak, .spans = k->spans, .spans_peak = k->spans_peak,
                             .reserve = k->reserve, .borrows = k->borrows, .exhausted = k->exhausted};
   pthread_mutex_unlock(&k->lock);
 }

@@ -9,9 +9,10 @@
  *
  * Pages. A bit per chunk says it may hold pages (it was handed out and has not been given
  * back since). Free runs that may hold pages wait in a FIFO, oldest first; when the chunks
- * they hold pass the budget, max(FLATMALLOC_RETAIN, half the chunks in use), each release
- * gives back the oldest runs (at most two per call, and within them at most RELEASE_WORDS
- * words of the bitmap). */
+ * they hold pass the budget, max(FLATMALLOC_RETAIN, the chunks in use), each release gives
+ * back pages of the oldest runs: at most twice the chunks it released plus RELEASE_CHUNKS,
+ * scanning at most RELEASE_WORDS words of the bitmap, so a free's work stays proportional to
+ * what it freed, and what is over the budget drains over the next frees. */
 #include <string.h>
 
 #include "internal.h"
@@ -20,8 +21,8 @@
 #define SL_BITS 4u
 #define SL_COUNT (1u << SL_BITS)
 #define FL_COUNT 32u
-#define RELEASE_RUNS 2u
-#define RELEASE_WORDS 4096u   /* bitmap words one release may scan: 256K chunks */
+#define RELEASE_CHUNKS 32u    /* chunks a release may give back beyond the ones it freed */
+#define RELEASE_WORDS 64u     /* bitmap words one release may scan */
 
 static struct {
   pthread_mutex_t lock;
@@ -152,11 +153,13 @@ static uint32_t list_find(uint32_t len) {
 
 /* ---- giving pages back ------------------------------------------------------------------- */
 /* Gives back the pages of run i's chunks whose bit is set, scanning at most `words` words of
- * the bitmap; returns the words it scanned. The run stays listed; its count is updated. */
-static uint32_t release_run(uint32_t i, uint32_t words) {
+ * the bitmap and giving back at most `most` chunks; returns the chunks given back. The run
+ * stays listed; its count is updated, and it leaves the FIFO once nothing is left to give. */
+static uint32_t release_run(uint32_t i, uint32_t words, uint32_t most) {
   struct fm_run *r = R(i);
   uint32_t end = i + r->len, c = i, scanned = 0, freed = 0;
-  while (c < end && scanned < words) {
+  if (r->clean > c) c = r->clean;
+  while (c < end && scanned < words && freed < most) {
     uint32_t w = c / 64;
     uint64_t bits = H.pages[w] & (~0ull << (c % 64));
     if (end / 64 == w) bits &= (end % 64) ? (1ull << (end % 64)) - 1 : 0;
@@ -169,12 +172,14 @@ static uint32_t release_run(uint32_t i, uint32_t words) {
     uint64_t run_bits = ~(bits >> (a % 64));   /* first clear bit above a */
     uint32_t n = run_bits ? (uint32_t)__builtin_ctzll(run_bits) : 64 - a % 64;
     if (a + n > end) n = end - a;
+    if (n > most - freed) n = most - freed;
     os_release((void *)(fm_pool.heap_base + ((uintptr_t)a << fm_pool.chunk_shift)), (size_t)n << fm_pool.chunk_shift);
     H.pages[w] &= ~(n == 64 ? ~0ull : ((1ull << n) - 1) << (a % 64));
     freed += n;
     c = a + n;
   }
   H.released += (uint64_t)freed << fm_pool.chunk_shift;
+  r->clean = c;   /* below it, nothing is left to give back */
   if (c >= end || freed >= r->dirty) {
     H.dirty -= r->dirty;
     r->dirty = 0;
@@ -183,12 +188,14 @@ static uint32_t release_run(uint32_t i, uint32_t words) {
     H.dirty -= freed;
     r->dirty -= freed;
   }
-  return scanned;
+  return freed;
 }
 
-static void release_over_budget(void) {
+static void release_over_budget(uint32_t just_freed) {
   uint64_t budget = H.retain > H.used ? H.retain : H.used;
-  for (unsigned k = 0; k < RELEASE_RUNS && H.dirty > budget && H.oldest; k++) release_run(H.oldest - 1, RELEASE_WORDS);
+  uint32_t most = 2 * just_freed + RELEASE_CHUNKS;   /* the excess grows by up to twice what is freed */
+  for (unsigned k = 0; k < 2 && H.dirty > budget && H.oldest && most; k++)
+    most -= release_run(H.oldest - 1, RELEASE_WORDS + just_freed / 32, most);
 }
 
 /* ---- runs -------------------------------------------------------------------------------- */
@@ -313,7 +320,7 @@ void span_free(uint32_t i) {
   pthread_mutex_lock(&H.lock);
   if (i < H.quarantine) goto out;   /* a parent's run: leave it alone */
   struct fm_run *r = R(i);
-  uint32_t len = r->len;
+  uint32_t len = r->len, freed = len;
   unsigned owner = r->cls;
   H.used -= len;
   hold(owner, -(int64_t)len);
@@ -325,17 +332,20 @@ void span_free(uint32_t i) {
     len += R(n)->len;
     list_remove(n);
   }
+  uint32_t clean = 0;
   if (i > H.quarantine) {
     uint32_t p = R(i - 1)->head;
     if (p >= H.quarantine && p < i && R(p)->kind == RUN_FREE && p + R(p)->len == i) {
       dirty += R(p)->dirty;
       len += R(p)->len;
+      clean = R(p)->clean;   /* what a release already gave back stays given back */
       list_remove(p);
       i = p;
     }
   }
   list_insert(i, len, dirty);
-  release_over_budget();
+  R(i)->clean = clean;
+  release_over_budget(freed);
 out:
   pthread_mutex_unlock(&H.lock);
 }
@@ -389,7 +399,7 @@ struct fm_run *span_rec(uint32_t i) { return R(i); }
 int span_trim(void) {
   pthread_mutex_lock(&H.lock);
   int any = H.dirty != 0;
-  while (H.oldest) release_run(H.oldest - 1, UINT32_MAX);
+  while (H.oldest) release_run(H.oldest - 1, UINT32_MAX, UINT32_MAX);
   pthread_mutex_unlock(&H.lock);
   return any;
 }

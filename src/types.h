@@ -84,6 +84,7 @@
 #define FM_POOL_MAX (1ull << 44)
 #define FM_NO_CLASS 0u               /* page map: the chunk is not in a span (fresh meta reads 0) */
 #define FM_CACHE_MAX (2 * FM_BATCH_MAX)
+#define FM_XFER 8u                   /* whole batches a class keeps as they came (transfer cache) */
 
 enum { ST_FREE = 0, ST_LIVE = 1, ST_CACHED = 2 };      /* a block's state byte */
 enum { RUN_FREE = 1, RUN_SPAN = 2, RUN_LARGE = 3 };    /* struct fm_run's kind */
@@ -133,6 +134,9 @@ struct fm_class {
   uint32_t bucket_map;                /* bit b: bucket b has a span */
   uint32_t bucket[FM_BUCKETS];        /* first span (chunk index + 1) of each bucket, 0: none */
   uint32_t spare;                     /* one span with every block free, kept back (chunk + 1) */
+  uint32_t xfer_n;                    /* batches in the transfer cache */
+  void *xfer_p[FM_XFER][FM_BATCH_MAX];      /* whole batches given back, still CACHED: the next */
+  uint8_t *xfer_st[FM_XFER][FM_BATCH_MAX];  /* refill takes one without touching a span */
   uint64_t out;                       /* blocks not in spans (live or cached) */
   uint64_t peak;
   uint64_t spans;
@@ -155,7 +159,8 @@ struct fm_run {
   uint32_t epoch;      /* spans: the class epoch they were made in */
   uint32_t bucket;     /* spans: occupancy bucket, FM_BUCKETS when full */
   uint32_t hw;         /* spans: blocks below this were handed out at least once */
-  uint32_t pad[4];
+  uint32_t clean;      /* free runs: chunks below this hold no pages (a release stopped here) */
+  uint32_t pad[3];
 };
 _Static_assert(sizeof(struct fm_run) == 64, "one run record per cache line");
 

@@ -9,16 +9,20 @@
 /* ---- span geometry ----------------------------------------------------------------------- */
 static uintptr_t chunk_addr(uint32_t i) { return fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift); }
 static uint8_t *states(const struct fm_class *k, uint32_t head) { return (uint8_t *)chunk_addr(head) + k->nblocks * k->size; }
+static struct fm_line *line(uint32_t i) { return (struct fm_line *)&fm_pool.line[i]; }
+/* The state byte of block q of the span at head. */
+static uint8_t *state_of(const struct fm_class *k, uint32_t head, uint32_t q) {
+  if (!k->inline_st) return states(k, head) + q;
+  return line(head + (uint32_t)(((uint64_t)q * k->size) >> fm_pool.chunk_shift))->stbase + q;
+}
+/* Block number of p in the span at span_addr (p in it). */
+static uint32_t block_of(unsigned c, uintptr_t span_addr, const void *p) {
+  return (uint32_t)(((unsigned __int128)((uintptr_t)p - span_addr) * fm_cf.magic[c + 1]) >> 64);
+}
 /* One bit per 8 state bytes that holds a FREE one; kept in the record of the span's 2nd chunk
  * (a span has at least 3, and only the first and last records belong to the run). */
 static uint64_t *summary(uint32_t head) { return (uint64_t *)span_rec(head + 1); }
 static uint32_t words(const struct fm_class *k) { return (k->nblocks + 7) / 8; }
-
-/* Bytes of v that are 0 (ST_FREE), as their top bits; exact per byte (no borrow between them). */
-static uint64_t zero_bytes(uint64_t v) {
-  const uint64_t m = 0x7f7f7f7f7f7f7f7full;
-  return ~(((v & m) + m) | v | m);
-}
 
 struct fm_cf fm_cf;
 
@@ -30,7 +34,7 @@ static uint32_t span_head(uint64_t e) { return (uint32_t)(((e >> 8) - fm_pool.he
 int class_at(const void *p) {
   uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
   if (off >= fm_pool.heap_size) return -1;
-  unsigned c = fm_pool.pmap[off >> fm_pool.chunk_shift] & 0xff;
+  unsigned c = fm_pool.line[off >> fm_pool.chunk_shift].e & 0xff;
   return c == FM_NO_CLASS ? -1 : (int)c - 1;
 }
 
@@ -38,11 +42,11 @@ int class_at(const void *p) {
 void *class_block(const void *p, unsigned c, uint8_t **st) {
   const struct fm_class *k = &fm_pool.cls[c];
   uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
-  uint32_t head = span_head(fm_pool.pmap[off >> fm_pool.chunk_shift]);
+  uint32_t head = span_head(fm_pool.line[off >> fm_pool.chunk_shift].e);
   uint64_t x = (uint64_t)((uintptr_t)p - chunk_addr(head));
   uint64_t q = x / k->size;
   if (q >= k->nblocks) return NULL;
-  if (st) *st = states(k, head) + q;
+  if (st) *st = state_of(k, head, (uint32_t)q);
   return (void *)(chunk_addr(head) + q * k->size);
 }
 
@@ -56,7 +60,7 @@ uint8_t *class_verify(const void *p, unsigned c) {
   if (b != p) fault_stop("free of an interior pointer", p, (int)c);
   uint8_t s = __atomic_load_n(st, __ATOMIC_RELAXED);
   if (s == ST_LIVE) return st;
-  uint32_t head = span_head(fm_pool.pmap[((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift]);
+  uint32_t head = span_head(fm_pool.line[((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift].e);
   uint32_t q = (uint32_t)(((uintptr_t)p - chunk_addr(head)) / fm_pool.cls[c].size);
   if (s == ST_CACHED || q < __atomic_load_n(&span_rec(head)->hw, __ATOMIC_RELAXED))
     fault_stop("double free", p, (int)c);
@@ -72,12 +76,13 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     if (batch > FM_BATCH_MAX) batch = FM_BATCH_MAX;
     /* at least FM_SPAN_MIN, 8 blocks and 3 chunks (the summary lives in the 2nd chunk's record,
      * not the last); of the next 8 chunk counts, the one that wastes the smallest share */
+    bool inl = (chunk + size - 1) / size <= FM_LINE_STATES;
     size_t span = 8ull * size + 64 > FM_SPAN_MIN ? 8ull * size + 64 : FM_SPAN_MIN, best = 0;
     if (span < 3 * chunk) span = 3 * chunk;
     span = (span + chunk - 1) & ~(chunk - 1);
     uint64_t n = 0;
     for (size_t s = span, i = 0; i < 8; i++, s += chunk) {
-      uint64_t states = ((s - 1) / size + 1 + 7) & ~7ull, m = (s - states) / size;
+      uint64_t states = inl ? 0 : ((s - 1) / size + 1 + 7) & ~7ull, m = (s - states) / size;
       if (m > FM_SPAN_BLOCKS) m = FM_SPAN_BLOCKS;
       if (!best || m * size * best > n * size * s) best = s, n = m;   /* higher use of the span */
     }
@@ -87,11 +92,11 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     k->batch = batch;
     k->nblocks = (uint32_t)n;
     k->span_chunks = (uint32_t)(span / chunk);
-    k->nstates = (uint32_t)((span - 1) / size + 1);
+    k->nstates = inl ? 0 : (uint32_t)((span - 1) / size + 1);
+    k->inline_st = inl;
     k->reserve = (uint64_t)heap_chunks * o->class_bp[c] / 10000;
     k->epoch = 1;
     fm_cf.magic[c + 1] = UINT64_MAX / size + 1;
-    fm_cf.st_off[c + 1] = n * size;
     fm_cf.size[c + 1] = size;
     for (; units * FM_ALIGN <= size; units++) cls_of[units] = (uint8_t)(c + 1);
   }
@@ -137,20 +142,35 @@ static bool span_new(unsigned c) {
   int64_t got = span_alloc(k->span_chunks, c, false);
   if (got < 0) return false;
   uint32_t head = (uint32_t)got;
-  uint8_t *st = states(k, head);
-  uint32_t w = words(k), ch_first = (uint32_t)(((uintptr_t)st - fm_pool.heap_base) >> fm_pool.chunk_shift);
-  uint32_t ch_last = (uint32_t)(((uintptr_t)st + w * 8 - 1 - fm_pool.heap_base) >> fm_pool.chunk_shift);
-  for (uint32_t i = ch_first; i <= ch_last; i++)
-    if (span_chunk_dirty(i)) {   /* reused memory: states from an earlier life */
-      memset(st, ST_FREE, k->nblocks);
-      break;
+  uint32_t w = words(k);
+  size_t chunk = (size_t)1 << fm_pool.chunk_shift;
+  if (!k->inline_st) {
+    uint8_t *st = states(k, head);
+    uint32_t ch_first = (uint32_t)(((uintptr_t)st - fm_pool.heap_base) >> fm_pool.chunk_shift);
+    uint32_t ch_last = (uint32_t)(((uintptr_t)st + w * 8 - 1 - fm_pool.heap_base) >> fm_pool.chunk_shift);
+    for (uint32_t i = ch_first; i <= ch_last; i++)
+      if (span_chunk_dirty(i)) {   /* reused memory: states from an earlier life */
+        memset(st, ST_FREE, k->nblocks);
+        break;
+      }
+    memset(st + k->nblocks, 0xff, ((k->nstates + 7) & ~7u) - k->nblocks);   /* no block there: never FREE or LIVE */
+  }
+  for (uint32_t j = 0; j < k->span_chunks; j++) {
+    struct fm_line *l = line(head + j);
+    if (k->inline_st) {   /* the blocks that start in chunk j: FREE; the other places: never FREE or LIVE */
+      uint64_t q0 = (j * chunk + k->size - 1) / k->size, q1 = ((j + 1) * chunk + k->size - 1) / k->size;
+      if (q1 > k->nblocks) q1 = k->nblocks;
+      memset(l->st, 0xff, sizeof l->st);
+      if (q1 > q0) memset(l->st, ST_FREE, q1 - q0);
+      l->stbase = l->st - q0;
+    } else {
+      l->stbase = states(k, head);
     }
-  memset(st + k->nblocks, 0xff, ((k->nstates + 7) & ~7u) - k->nblocks);   /* no block there: never FREE or LIVE */
+    __atomic_store_n(&l->e, (uint64_t)chunk_addr(head) << 8 | (c + 1), __ATOMIC_RELEASE);
+  }
   uint64_t *sum = summary(head);
   memset(sum, 0, 64);
   for (uint32_t i = 0; i < w; i++) sum[i / 64] |= 1ull << (i % 64);
-  uint64_t *pmap = (uint64_t *)fm_pool.pmap;
-  for (uint32_t j = 0; j < k->span_chunks; j++) __atomic_store_n(&pmap[head + j], (uint64_t)chunk_addr(head) << 8 | (c + 1), __ATOMIC_RELEASE);
   struct fm_run *r = span_rec(head);
   r->nfree = k->nblocks;
   r->hw = 0;
@@ -163,8 +183,7 @@ static bool span_new(unsigned c) {
 
 static void span_retire(struct fm_class *k, uint32_t head) {
   bucket_remove(k, head);
-  uint64_t *pmap = (uint64_t *)fm_pool.pmap;
-  for (uint32_t j = 0; j < k->span_chunks; j++) __atomic_store_n(&pmap[head + j], FM_NO_CLASS, __ATOMIC_RELAXED);
+  for (uint32_t j = 0; j < k->span_chunks; j++) __atomic_store_n(&line(head + j)->e, FM_NO_CLASS, __ATOMIC_RELAXED);
   k->spans--;
   span_free(head);
 }
@@ -176,21 +195,25 @@ static void class_give_spans(struct fm_class *k, unsigned c, void *const *p, uin
 static uint32_t span_take(struct fm_class *k, uint32_t head, void **p, uint8_t **st, uint32_t want) {
   struct fm_run *r = span_rec(head);
   uint64_t *sum = summary(head);
-  uint8_t *states0 = states(k, head);
   uint8_t *base = (uint8_t *)chunk_addr(head);
   uint32_t got = 0;
   for (unsigned s = 0; s < 8 && got < want; s++)
     while (sum[s] && got < want) {
-      uint32_t w = s * 64 + (uint32_t)__builtin_ctzll(sum[s]);
-      uint64_t z = zero_bytes(__atomic_load_n((uint64_t *)(states0 + w * 8), __ATOMIC_RELAXED));
-      for (; z && got < want; z &= z - 1) {
-        uint32_t q = w * 8 + (uint32_t)__builtin_ctzll(z) / 8;
-        states0[q] = ST_CACHED;
+      uint32_t w = s * 64 + (uint32_t)__builtin_ctzll(sum[s]), q = w * 8, end = q + 8, left = 0;
+      if (end > k->nblocks) end = k->nblocks;
+      for (; q < end; q++) {
+        uint8_t *sq = state_of(k, head, q);
+        if (__atomic_load_n(sq, __ATOMIC_RELAXED) != ST_FREE) continue;
+        if (got == want) {
+          left = 1;
+          break;
+        }
+        *sq = ST_CACHED;
         if (q >= r->hw) r->hw = q + 1;
         p[got] = base + (size_t)q * k->size;
-        st[got++] = states0 + q;
+        st[got++] = sq;
       }
-      if (!z) sum[s] &= ~(1ull << (w % 64));
+      if (!left) sum[s] &= ~(1ull << (w % 64));
     }
   if (got > r->nfree) fault_stop("a span's state bytes are damaged", base, (int)(k - fm_pool.cls));
   r->nfree -= got;
@@ -246,12 +269,12 @@ static void class_give_spans(struct fm_class *k, unsigned c, void *const *p, uin
   k->out -= n;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t ch = (uint32_t)(((uintptr_t)p[i] - fm_pool.heap_base) >> shift);
-    uint64_t e = fm_pool.pmap[ch];
+    uint64_t e = fm_pool.line[ch].e;
     uint32_t head = span_head(e);
     struct fm_run *r = span_rec(head);
     if ((e & 0xff) != c + 1 || *st[i] != ST_CACHED) fault_stop("a thread cache is damaged", p[i], (int)c);
     if (r->epoch != k->epoch) continue;   /* a span abandoned at fork: the child leaves it */
-    uint32_t q = (uint32_t)(st[i] - states(k, head));
+    uint32_t q = block_of(c, (uintptr_t)(e >> 8), p[i]);
     *st[i] = ST_FREE;
     summary(head)[q / 512] |= 1ull << (q / 8 % 64);
     if (++r->nfree == k->nblocks) {
@@ -329,12 +352,12 @@ int class_check(unsigned c) {
     for (uint32_t h = k->bucket[b]; h && seen <= k->spans; h = span_rec(h - 1)->next, seen++) {
       uint32_t head = h - 1;
       struct fm_run *r = span_rec(head);
-      if ((fm_pool.pmap[head] & 0xff) != c + 1 || r->bucket != b || bucket_of(k, r->nfree) != b) faults++;
+      if ((fm_pool.line[head].e & 0xff) != c + 1 || r->bucket != b || bucket_of(k, r->nfree) != b) faults++;
       uint32_t nfree = 0;
-      uint8_t *st = states(k, head);
       for (uint32_t q = 0; q < k->nblocks; q++) {
-        if (st[q] > ST_CACHED) faults++;
-        if (st[q] == ST_FREE) {
+        uint8_t s = *state_of(k, head, q);
+        if (s > ST_CACHED) faults++;
+        if (s == ST_FREE) {
           nfree++;
           if (!(summary(head)[q / 512] >> (q / 8 % 64) & 1)) faults++;
         }

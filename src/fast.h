@@ -24,13 +24,14 @@ static always_inline void *fm_alloc(size_t size) {
 static always_inline void fm_free(void *ptr) {
   uintptr_t ch = ((uintptr_t)ptr - fm_pool.heap_base) >> fm_pool.chunk_shift;
   if (likely(ch < fm_pool.heap_chunks)) {   /* a misaligned pointer fails the block-start test */
-    uint64_t e = fm_pool.pmap[ch];
+    const struct fm_line *l = &fm_pool.line[ch];
+    uint64_t e = l->e;
     unsigned c1 = (uint8_t)e;
     uint64_t magic = fm_cf.magic[c1];
     uintptr_t span = (uintptr_t)(e >> 8);
     unsigned __int128 m = (unsigned __int128)((uintptr_t)ptr - span) * magic;
     if (likely((uint64_t)m < magic)) {
-      uint8_t *st = (uint8_t *)span + fm_cf.st_off[c1] + (uint64_t)(m >> 64);
+      uint8_t *st = l->stbase + (uint64_t)(m >> 64);
       struct fm_tcache *tc = fm_tc;
       void **top = tc->top[c1];
       if (likely(*st == ST_LIVE && top < tc->lim[c1])) {

@@ -21,7 +21,7 @@ static bool chunks_for(size_t size, uint32_t *len) {
 
 static void *mark(int64_t i) {
   if (i < 0) return NULL;
-  __atomic_store_n((uint64_t *)&fm_pool.pmap[i], LARGE_HEAD, __ATOMIC_RELEASE);
+  __atomic_store_n((uint64_t *)&fm_pool.line[i].e, LARGE_HEAD, __ATOMIC_RELEASE);
   return chunk_ptr((uint32_t)i);
 }
 
@@ -48,7 +48,7 @@ void *large_calloc(size_t size) {
 
 bool large_owns(const void *p) {
   uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
-  return off < fm_pool.heap_size && !(off & (chunk_bytes() - 1)) && fm_pool.pmap[off >> fm_pool.chunk_shift] == LARGE_HEAD;
+  return off < fm_pool.heap_size && !(off & (chunk_bytes() - 1)) && fm_pool.line[off >> fm_pool.chunk_shift].e == LARGE_HEAD;
 }
 
 /* Always-on check of a pointer in the heap but not in a span, handed to free or realloc:
@@ -66,7 +66,7 @@ void large_verify(const void *p) {
 
 void large_free(void *p) {
   uint32_t i = chunk_of(p);
-  __atomic_store_n((uint64_t *)&fm_pool.pmap[i], FM_NO_CLASS, __ATOMIC_RELAXED);
+  __atomic_store_n((uint64_t *)&fm_pool.line[i].e, FM_NO_CLASS, __ATOMIC_RELAXED);
   span_free(i);
 }
 

@@ -33,9 +33,9 @@ static cold __attribute__((noreturn)) void too_small(size_t size) {
                "pool too small (it needs room for its tables and one span of the largest class)");
 }
 
-/* [ pmap | run records | pages bitmap | size -> class | thread cache slots ] heap ...
- * The meta part is sized for the whole pool; the heap starts on a 2 MiB boundary after it, so
- * every chunk, and every span, is aligned to the chunk size. */
+/* [ lines | run records | pages bitmap | size -> class | thread cache slots ] heap ...
+ * The meta part is sized for the whole pool; the heap starts on a chunk boundary after it, so
+ * every span is aligned to the chunk size. */
 static void pool_layout(void *mem, size_t size) {
   struct fm_pool *P = &fm_pool;
   struct fm_options *o = &P->opt;
@@ -46,11 +46,11 @@ static void pool_layout(void *mem, size_t size) {
   if (slots < 16) slots = 16;
   if (slots > FM_SLOTS_MAX) slots = FM_SLOTS_MAX;
   size_t ntab = o->class_size[o->nclass - 1] / FM_ALIGN + 1;
-  size_t pmap_off = 0, rec_off = align_up(pmap_off + nchunks * 8, 64);
+  size_t line_off = 0, rec_off = align_up(line_off + nchunks * sizeof(struct fm_line), 64);
   size_t pages_off = align_up(rec_off + nchunks * sizeof(struct fm_run), 64);
   size_t tab_off = align_up(pages_off + (nchunks + 63) / 64 * 8, 64);
   size_t slot_off = align_up(tab_off + ntab, 64);
-  size_t meta = align_up(slot_off + slots * sizeof(struct fm_tcache), POOL_ALIGN);
+  size_t meta = align_up(slot_off + slots * sizeof(struct fm_tcache), (size_t)1 << shift);
   if (meta >= size) too_small(size);
   uintptr_t base = (uintptr_t)mem;
   P->base = base;
@@ -65,7 +65,7 @@ static void pool_layout(void *mem, size_t size) {
   if (P->lazy_commit && !os_commit((void *)(base + tab_lo), align_up(slot_off, page) - tab_lo))
     options_fail("FLATMALLOC_POOL", o->pool_text ? o->pool_text : "(default)",
                  "the commit limit (vm.overcommit_memory=2) refused the pool's tables");
-  P->pmap = (const uint64_t *)(base + pmap_off);
+  P->line = (const struct fm_line *)(base + line_off);
   P->slots = (struct fm_tcache *)(base + slot_off);
   P->slots_max = (uint32_t)slots;
   P->nclass = o->nclass;

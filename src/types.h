@@ -99,9 +99,20 @@ _Static_assert((FM_ALIGN & (FM_ALIGN - 1)) == 0, "alignment is a power of two");
  * block are never LIVE, so the multiplication alone tells a block start. */
 struct fm_cf {
   uint64_t magic[256];    /* ceil(2^64 / size) */
-  uint64_t st_off[256];   /* n * size: where the state bytes start in a span, and the blocks end */
   uint32_t size[256];
 };
+
+/* One per chunk, in the meta area: all that free() reads about a chunk, in one cache line. A
+ * class with at most FM_LINE_STATES block starts per chunk keeps the state bytes of the blocks
+ * that start in the chunk here, so free() takes one cache miss, not two; smaller classes keep
+ * them after the span's blocks, where 64 share a line. */
+#define FM_LINE_STATES 48u
+struct fm_line {
+  uint64_t e;                    /* span address << 8 | (class + 1); 0: not in a span */
+  uint8_t *stbase;               /* the state byte of block q of the span is stbase[q] */
+  uint8_t st[FM_LINE_STATES];
+};
+_Static_assert(sizeof(struct fm_line) == 64, "one line per chunk");
 
 /* A thread cache slot: per class (indexed by class + 1, as the page map and the size table
  * name classes), its free blocks p[c1][base..top), newest last, and their state bytes at the
@@ -127,7 +138,8 @@ struct fm_tcache {
 #define FM_BUCKETS 8u
 struct fm_class {
   uint32_t size, batch, nblocks, span_chunks;
-  uint32_t nstates;                   /* state bytes: one per multiple of size in the span */
+  uint32_t nstates;                   /* state bytes after the blocks: one per multiple of size in the span */
+  bool inline_st;                     /* state bytes in the chunks' lines, none after the blocks */
   uint64_t reserve;                   /* chunks held for this class (FLATMALLOC_CLASSES percent) */
   cacheline_aligned pthread_mutex_t lock;
   uint32_t epoch;                     /* spans of an older epoch were abandoned by fork */
@@ -185,7 +197,7 @@ struct fm_pool {
   size_t heap_chunks;        /* chunks in the heap; 0 sends every free to the slow path */
   size_t small_lim;          /* sizes below this take the fast path; 0 before start-up */
   const uint8_t *cls_of;     /* (size + 15) / 16 -> class + 1 */
-  const uint64_t *pmap;      /* chunk -> span address << 8 | (class + 1); 0: not in a span */
+  const struct fm_line *line;   /* per chunk: span, class, state bytes */
   unsigned chunk_shift;
   uint64_t key;              /* random, per process */
 

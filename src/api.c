@@ -93,7 +93,8 @@ void *flatmalloc_calloc(size_t count, size_t size) {
     errno = ENOMEM;
     return NULL;
   }
-  if (n > fm_pool.small_max && pool_ready() && !fm_pool.checked) {
+  if (fm_pool.checked) return check_calloc(n);
+  if (n > fm_pool.small_max && pool_ready()) {
     void *p = large_calloc(n);
     if (!p) errno = ENOMEM;
     return p;

@@ -103,7 +103,8 @@ static void pool_layout(void *mem, size_t size) {
  * boundary stays unused; it is never touched, so it costs nothing. */
 #define POOL_ALIGN (2u << 20)
 static void *pool_map(size_t size, bool prefault) {
-  uintptr_t mem = (uintptr_t)os_reserve(size + POOL_ALIGN, prefault, !fm_pool.lazy_commit);
+  uintptr_t mem = (uintptr_t)(check_pool_heap() ? check_pool_map(size + POOL_ALIGN)
+                                                : os_reserve(size + POOL_ALIGN, prefault, !fm_pool.lazy_commit));
   return mem ? (void *)((mem + POOL_ALIGN - 1) & ~(uintptr_t)(POOL_ALIGN - 1)) : NULL;
 }
 
@@ -120,7 +121,7 @@ static void pool_reserve(void) {
     }
   } else {
     uint64_t phys = os_physical_memory();
-    if (fm_pool.valgrind && phys > (4ull << 30)) phys = 4ull << 30;   /* memcheck's address space is smaller */
+    if (fm_pool.valgrind && phys > check_pool_cap()) phys = check_pool_cap();   /* see check.c */
     size = phys > FM_POOL_MAX ? FM_POOL_MAX : (size_t)phys;
     for (; size >= (64u << 20); size /= 2)
       if ((mem = pool_map(size, o->prefault))) break;
@@ -133,7 +134,7 @@ static void pool_reserve(void) {
 static void pool_start(void) {
   struct fm_pool *P = &fm_pool;
   options_read(&P->opt);
-  P->valgrind = vg_memcheck();
+  P->valgrind = check_setup();
   P->checked = P->opt.check || P->valgrind;
   pool_reserve();
   tcache_setup();

@@ -133,8 +133,8 @@ struct fm_pool {
   size_t small_size;
   size_t small_max;          /* largest class size */
   unsigned nclass;
-  bool valgrind;             /* running under memcheck */
-  bool checked;              /* checking mode or memcheck: every call takes the slow path */
+  bool valgrind;             /* running under a Valgrind tool: described mode */
+  bool checked;              /* checking or described mode: every call takes the slow path */
   bool lazy_commit;          /* strict overcommit: regions become accessible as they are used */
   struct fm_tcache *slots;
   uint32_t slots_max;

@@ -21,7 +21,9 @@
  * - helgrind, drd: the pool and the pool's bookkeeping are untracked; a block is fresh, tracked
  *   memory from malloc to free. Calls into the core are serialised by one mutex, which the
  *   tools see, so a block handed from one thread to another is ordered by it.
- * - massif, DHAT and the rest: malloc-like and free-like blocks.
+ * - massif and the rest: malloc-like and free-like blocks.
+ * - DHAT (3.19) ignores malloc-like blocks: every call is handed to the allocator DHAT put in
+ *   libc's place, by tail calls, so DHAT's stacks still start at the program's call.
  * Each request is issued from a function whose symbol is the API's name (malloc, free, ...),
  * reached from the exported function by tail calls, so the tool's stack starts at the
  * program's call and suppressions on fun:malloc match. */
@@ -54,6 +56,17 @@ static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool serial;                  /* described mode: core calls under check_lock */
 static uint8_t *heap_block;          /* memcheck: the heap block the pool lives in */
 static _Atomic bool pool_gone;       /* memcheck: heap_block released at exit */
+
+/* DHAT: the tool's own allocator, reached through libc's names (which the tool replaces). */
+static struct {
+  void *(*malloc)(size_t);
+  void *(*calloc)(size_t, size_t);
+  void *(*realloc)(void *, size_t);
+  void *(*memalign)(size_t, size_t);
+  void (*free)(void *);
+  size_t (*usable)(void *);
+} tool_heap;
+static bool forward;
 
 void check_fault(const char *what, const void *p, int cls) {
   char buf[256];
@@ -150,7 +163,10 @@ static void *block_new(size_t size, size_t align, enum check_kind kind) {
   return user;
 }
 
-void *check_new_block(size_t size, size_t align, enum check_kind kind) { return block_new(size, align, kind); }
+void *check_new_block(size_t size, size_t align, enum check_kind kind) {
+  if (forward) return align > FM_ALIGN ? tool_heap.memalign(align, size) : tool_heap.malloc(size);
+  return block_new(size, align, kind);
+}
 
 /* ---- validation -------------------------------------------------------------------------- */
 enum verdict { V_OK, V_FREED, V_FOREIGN, V_INTERIOR, V_MISALIGNED, V_OVERRUN };
@@ -279,6 +295,10 @@ static void hold(uint8_t *b, size_t size) {
 int check_delete_begin(void *p, enum check_kind kind, size_t *size) {
   struct found f;
   if (boot_owns(p)) return -1;
+  if (forward) {
+    tool_heap.free(p);
+    return -1;
+  }
   if (!check_take(p, &f, kind, false)) {
     *size = 0;
     return 0;
@@ -311,18 +331,21 @@ static void named_free(void *p) NAMED("free");
 static void *named_realloc(void *p, size_t size) NAMED("realloc");
 
 static void *named_malloc(size_t size) {
+  if (forward) return tool_heap.malloc(size);
   void *p = block_new(size, FM_ALIGN, KIND_MALLOC);
   if (p && !pool_gone) vg_alloced(p, size, false);
   return p;
 }
 
 static void *named_memalign(size_t size, size_t align) {
+  if (forward) return tool_heap.memalign(align, size);
   void *p = block_new(size, align, KIND_ALIGNED);
   if (p && !pool_gone) vg_alloced(p, size, false);
   return p;
 }
 
 static void *named_calloc(size_t size) {
+  if (forward) return tool_heap.calloc(1, size);
   void *p = block_new(size, FM_ALIGN, KIND_MALLOC);
   if (!p) return NULL;
   if (pool_gone) return memset(p, 0, size);
@@ -335,6 +358,7 @@ static void *named_calloc(size_t size) {
 
 static void named_free(void *p) {
   size_t size;
+  if (forward && !boot_owns(p)) return tool_heap.free(p);
   int r = check_delete_begin(p, KIND_MALLOC, &size);
   if (r < 0) return;
   vg_freed(p, size);   /* r == 0: memcheck reports "Invalid free()" */
@@ -343,11 +367,12 @@ static void named_free(void *p) {
 
 static void *named_realloc(void *p, size_t size) {
   struct found f;
+  if (forward && !boot_owns(p)) return tool_heap.realloc(p, size);
   if (boot_owns(p)) {
-    void *q = block_new(size, FM_ALIGN, KIND_MALLOC);
+    void *q = forward ? tool_heap.malloc(size) : block_new(size, FM_ALIGN, KIND_MALLOC);
     if (!q) return NULL;
     memcpy(q, p, boot_usable(p) < size ? boot_usable(p) : size);
-    if (!pool_gone) vg_alloced(q, size, false);
+    if (!pool_gone && !forward) vg_alloced(q, size, false);
     return q;
   }
   if (!check_take(p, &f, KIND_MALLOC, true)) {
@@ -387,6 +412,7 @@ void *check_realloc(void *p, size_t size) { return named_realloc(p, size); }
 size_t check_usable(void *p) {
   struct found f;
   if (boot_owns(p)) return boot_usable(p);
+  if (forward) return tool_heap.usable(p);
   if (!check_take(p, &f, -1, false)) return 0;
   return f.size;
 }
@@ -422,8 +448,20 @@ static void read_freelist_vol(void) {
   for (char *a = buf + strlen(buf) + 1; a < buf + n && *a == '-'; a += strlen(a) + 1) parse_vol(a);
 }
 
+static bool tool_heap_find(void) {
+  tool_heap.malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
+  tool_heap.calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
+  tool_heap.realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
+  tool_heap.memalign = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "memalign");
+  tool_heap.free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
+  tool_heap.usable = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+  return tool_heap.malloc && tool_heap.calloc && tool_heap.realloc && tool_heap.memalign && tool_heap.free &&
+         tool_heap.usable;
+}
+
 bool check_setup(void) {
   check_tool = vg_tool();
+  forward = check_tool == VG_DHAT && tool_heap_find();
   serial = check_tool != VG_NONE;
   held.on = check_tool == VG_MEMCHECK;
   if (held.on) read_freelist_vol();
@@ -431,11 +469,13 @@ bool check_setup(void) {
 }
 
 /* The default pool's ceiling under each tool. memcheck's heap holds a block of 16 GiB but not
- * 32; helgrind shadows mapped memory eagerly (4 GiB of pool cost it 3 GB and 4 s). */
+ * 32; helgrind shadows mapped memory eagerly (4 GiB of pool cost it 3 GB and 4 s) and drd's
+ * suppression of the pool costs it time in proportion (32 GiB: 13 s). */
 size_t check_pool_cap(void) {
   switch (check_tool) {
   case VG_MEMCHECK: return (size_t)16 << 30;
-  case VG_HELGRIND: return (size_t)512 << 20;
+  case VG_HELGRIND:
+  case VG_DRD: return (size_t)512 << 20;
   default: return (size_t)32 << 30;
   }
 }

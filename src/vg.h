@@ -23,20 +23,20 @@
 #define VALGRIND_DRD_WATCH(a, s) VALGRIND_DO_CLIENT_REQUEST_STMT(FM_DRD_FINISH_SUPPRESSION, a, s, 0, 0, 0)
 #else
 #define RUNNING_ON_VALGRIND 0
-#define VALGRIND_MALLOCLIKE_BLOCK(a, s, r, z) ((void)0)
-#define VALGRIND_FREELIKE_BLOCK(a, r) ((void)0)
+#define VALGRIND_MALLOCLIKE_BLOCK(a, s, r, z) ((void)(a), (void)(s), (void)(z))
+#define VALGRIND_FREELIKE_BLOCK(a, r) ((void)(a))
 #define VALGRIND_RESIZEINPLACE_BLOCK(a, o, n, r) ((void)0)
 #define VALGRIND_MAKE_MEM_NOACCESS(a, s) ((void)0)
-#define VALGRIND_MAKE_MEM_DEFINED(a, s) 0
+#define VALGRIND_MAKE_MEM_DEFINED(a, s) ((void)(a), 0)
 #define VALGRIND_MAKE_MEM_UNDEFINED(a, s) ((void)0)
 #define VALGRIND_DISABLE_ERROR_REPORTING ((void)0)
 #define VALGRIND_ENABLE_ERROR_REPORTING ((void)0)
 #define VALGRIND_PRINTF_BACKTRACE(...) ((void)0)
-#define VALGRIND_HG_CLEAN_MEMORY(a, s) ((void)0)
-#define VALGRIND_HG_DISABLE_CHECKING(a, s) ((void)0)
-#define VALGRIND_HG_ENABLE_CHECKING(a, s) ((void)0)
-#define VALGRIND_DRD_IGNORE(a, s) ((void)0)
-#define VALGRIND_DRD_WATCH(a, s) ((void)0)
+#define VALGRIND_HG_CLEAN_MEMORY(a, s) ((void)(a), (void)(s))
+#define VALGRIND_HG_DISABLE_CHECKING(a, s) ((void)(a), (void)(s))
+#define VALGRIND_HG_ENABLE_CHECKING(a, s) ((void)(a), (void)(s))
+#define VALGRIND_DRD_IGNORE(a, s) ((void)(a), (void)(s))
+#define VALGRIND_DRD_WATCH(a, s) ((void)(a), (void)(s))
 #endif
 
 /* ---- which tool -------------------------------------------------------------------------- */

@@ -65,11 +65,12 @@ static always_inline void *cxx_new(size_t n, size_t align, enum check_kind kind,
 /* ---- release ----------------------------------------------------------------------------- */
 static always_inline void cxx_delete(void *p, enum check_kind kind) {
   if (unlikely(fm_pool.checked)) {
-    size_t size;
+    struct check_block f;
     int r;
-    if (!p || (r = check_delete_begin(p, kind, &size)) < 0) return;
-    vg_freed(p, size);   /* r == 0: the tool reports the bad pointer */
-    if (r > 0) check_delete_end(p);
+    if (!p || (r = check_take_block(p, (int)kind, &f)) < 0) return;
+    if (r == 0) return vg_freed(p, 0);   /* the tool reports the bad pointer */
+    vg_freed(p, f.size);
+    check_give_block(&f);
     return;
   }
   fm_free(p);

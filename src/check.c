@@ -31,6 +31,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -93,11 +95,20 @@ void check_fault(const char *what, const void *p, int cls) {
   abort();
 }
 
+/* helgrind and drd must see a pthread mutex; under memcheck (which runs one thread at a time
+ * anyway) a flag is a tenth of the instructions, and instructions are memcheck's cost. */
+static atomic_flag check_flag = ATOMIC_FLAG_INIT;
+static bool thread_tool;
 static void lock(void) {
-  if (serial) pthread_mutex_lock(&check_lock);
+  if (!serial) return;
+  if (thread_tool) pthread_mutex_lock(&check_lock);
+  else
+    while (atomic_flag_test_and_set_explicit(&check_flag, memory_order_acquire)) sched_yield();
 }
 static void unlock(void) {
-  if (serial) pthread_mutex_unlock(&check_lock);
+  if (!serial) return;
+  if (thread_tool) pthread_mutex_unlock(&check_lock);
+  else atomic_flag_clear_explicit(&check_flag, memory_order_release);
 }
 
 /* ---- layout helpers ---------------------------------------------------------------------- */
@@ -122,7 +133,10 @@ static uint8_t *block_end(uint8_t *b, int cls) {
   return b + (cls >= 0 ? fm_pool.cls[cls].size : large_usable(b));
 }
 
+/* Under Valgrind alone the tool watches the canary's bytes itself (they are no-access): none
+ * are written or checked, which keeps memcheck's time near glibc's. */
 static size_t canary_len(uint8_t *user, size_t size, uint8_t *end) {
+  if (!fm_pool.opt.check) return 0;
   size_t room = (size_t)(end - (user + size));
   return room < CANARY_MAX ? room : CANARY_MAX;
 }
@@ -148,15 +162,19 @@ static void *block_new(size_t size, size_t align, enum check_kind kind) {
   uint8_t *b = alloc_block(total);
   uint8_t *user = NULL;
   if (b) {
-    int cls = class_at(b);
-    uint8_t *end = block_end(b, cls);
     user = (uint8_t *)(((uintptr_t)b + 2 * FM_ALIGN + align - 1) & ~(uintptr_t)(align - 1));
     if (align <= FM_ALIGN) user = b + 2 * FM_ALIGN;
     struct check_hdr *h = (struct check_hdr *)(user - FM_ALIGN);
     *h = (struct check_hdr){size, magic(h, true), (uint32_t)(((uint8_t *)h - b) / FM_ALIGN), kind};
-    canary_fill(user, size, end);
-    VALGRIND_MAKE_MEM_NOACCESS(b, (size_t)(user - b));
-    VALGRIND_MAKE_MEM_NOACCESS(user + size, (size_t)(end - user - size));
+    /* Under memcheck a block's bytes are all no-access whenever it is handed out (the pool
+     * starts so and a release leaves it so); only pages the strict-overcommit mode makes
+     * accessible later need telling. */
+    if (fm_pool.opt.check || fm_pool.lazy_commit) {
+      uint8_t *end = block_end(b, class_at(b));
+      canary_fill(user, size, end);
+      VALGRIND_MAKE_MEM_NOACCESS(b, (size_t)(user - b));
+      VALGRIND_MAKE_MEM_NOACCESS(user + size, (size_t)(end - user - size));
+    }
   }
   VALGRIND_ENABLE_ERROR_REPORTING;
   unlock();
@@ -171,15 +189,8 @@ void *check_new_block(size_t size, size_t align, enum check_kind kind) {
 /* ---- validation -------------------------------------------------------------------------- */
 enum verdict { V_OK, V_FREED, V_FOREIGN, V_INTERIOR, V_MISALIGNED, V_OVERRUN };
 
-struct found {
-  struct check_hdr *h;
-  uint8_t *b;
-  int cls;
-  size_t size;   /* the size the program asked for, read while memcheck looks away */
-  enum check_kind kind;
-};
 
-static enum verdict check_find(void *p, struct found *f) {
+static enum verdict check_find(void *p, struct check_block *f) {
   f->cls = class_at(p);
   if (f->cls < 0 && !large_owns(p)) return V_FOREIGN;
   if ((uintptr_t)p & (FM_ALIGN - 1)) return V_MISALIGNED;
@@ -225,7 +236,7 @@ static bool kind_fits(enum check_kind have, enum check_kind release) {
   return have == release || (have == KIND_ALIGNED && release == KIND_MALLOC);
 }
 
-static void mismatch(void *p, struct found *f, enum check_kind release, bool realloc_call) {
+static void mismatch(void *p, struct check_block *f, enum check_kind release, bool realloc_call) {
   char what[64];
   struct fmt m = {what, sizeof what, 0};
   fmt_str(&m, realloc_call ? "realloc" : released_by[release]);
@@ -238,7 +249,7 @@ static void mismatch(void *p, struct found *f, enum check_kind release, bool rea
 
 /* Validates p for a release through the family of kind (realloc names itself). Returns true
  * when p may be released; under Valgrind alone a bad pointer is left for the tool to report. */
-static bool check_take(void *p, struct found *f, int release, bool realloc_call) {
+static bool check_take(void *p, struct check_block *f, int release, bool realloc_call) {
   VALGRIND_DISABLE_ERROR_REPORTING;
   enum verdict v = check_find(p, f);
   VALGRIND_ENABLE_ERROR_REPORTING;
@@ -292,30 +303,32 @@ static void hold(uint8_t *b, size_t size) {
   }
 }
 
-int check_delete_begin(void *p, enum check_kind kind, size_t *size) {
-  struct found f;
+/* Validates p for a release through the family of release (-1: any). Returns 1 with
+ * check_lock held and memcheck looking away, for check_give_block (the caller describes the
+ * release between the two, so that no other thread can reuse the block first); 0 for a bad
+ * pointer the tool should report; -1 when there is nothing to do (bootstrap block, DHAT). */
+int check_take_block(void *p, int release, struct check_block *f) {
   if (boot_owns(p)) return -1;
   if (forward) {
     tool_heap.free(p);
     return -1;
   }
-  if (!check_take(p, &f, kind, false)) {
-    *size = 0;
-    return 0;
-  }
-  *size = f.size;
-  return 1;
-}
-
-void check_delete_end(void *p) {
-  struct found f;
   lock();
   VALGRIND_DISABLE_ERROR_REPORTING;
-  enum verdict v = check_find(p, &f);   /* again: another thread may have freed p meanwhile */
+  enum verdict v = check_find(p, f);
   if (v == V_OK) {
-    f.h->magic = magic(f.h, false);
-    hold(f.b, f.size);
+    if (release >= 0 && !kind_fits(f->kind, (enum check_kind)release)) mismatch(p, f, (enum check_kind)release, false);
+    return 1;
   }
+  VALGRIND_ENABLE_ERROR_REPORTING;
+  unlock();
+  if (fm_pool.opt.check) check_fault(verdict_text[v], p, v == V_FOREIGN ? -1 : f->cls);
+  return 0;
+}
+
+void check_give_block(struct check_block *f) {
+  f->h->magic = magic(f->h, false);
+  hold(f->b, f->size);
   VALGRIND_ENABLE_ERROR_REPORTING;
   unlock();
 }
@@ -357,16 +370,17 @@ static void *named_calloc(size_t size) {
 }
 
 static void named_free(void *p) {
-  size_t size;
+  struct check_block f;
   if (forward && !boot_owns(p)) return tool_heap.free(p);
-  int r = check_delete_begin(p, KIND_MALLOC, &size);
-  if (r < 0) return;
-  vg_freed(p, size);   /* r == 0: memcheck reports "Invalid free()" */
-  if (r > 0) check_delete_end(p);
+  int r = check_take_block(p, KIND_MALLOC, &f);
+  if (r == 0) vg_freed(p, 0);   /* memcheck reports "Invalid free()" */
+  if (r <= 0) return;
+  vg_freed(p, f.size);
+  check_give_block(&f);
 }
 
 static void *named_realloc(void *p, size_t size) {
-  struct found f;
+  struct check_block f;
   if (forward && !boot_owns(p)) return tool_heap.realloc(p, size);
   if (boot_owns(p)) {
     void *q = forward ? tool_heap.malloc(size) : block_new(size, FM_ALIGN, KIND_MALLOC);
@@ -397,8 +411,10 @@ static void *named_realloc(void *p, size_t size) {
   if (!q) return NULL;
   if (!pool_gone) vg_alloced(q, size, false);
   memcpy(q, p, old < size ? old : size);
-  vg_freed(p, old);
-  check_delete_end(p);
+  if (check_take_block(p, -1, &f) > 0) {
+    vg_freed(p, old);
+    check_give_block(&f);
+  }
   return q;
 }
 
@@ -410,7 +426,7 @@ void check_free(void *p) { named_free(p); }
 void *check_realloc(void *p, size_t size) { return named_realloc(p, size); }
 
 size_t check_usable(void *p) {
-  struct found f;
+  struct check_block f;
   if (boot_owns(p)) return boot_usable(p);
   if (forward) return tool_heap.usable(p);
   if (!check_take(p, &f, -1, false)) return 0;
@@ -463,6 +479,7 @@ bool check_setup(void) {
   check_tool = vg_tool();
   forward = check_tool == VG_DHAT && tool_heap_find();
   serial = check_tool != VG_NONE;
+  thread_tool = check_tool == VG_HELGRIND || check_tool == VG_DRD;
   held.on = check_tool == VG_MEMCHECK;
   if (held.on) read_freelist_vol();
   return serial;
@@ -511,7 +528,10 @@ void *check_pool_map(size_t size) {
   return p + 1;
 }
 
-static void check_after_fork(void) { pthread_mutex_init(&check_lock, NULL); }
+static void check_after_fork(void) {
+  pthread_mutex_init(&check_lock, NULL);
+  atomic_flag_clear(&check_flag);
+}
 
 /* Under Valgrind the block area starts inaccessible (memcheck: blocks become addressable as
  * they are handed out; its leak search does not wade through untouched gigabytes), and for the

@@ -89,10 +89,20 @@ enum check_kind { KIND_MALLOC, KIND_ALIGNED, KIND_NEW, KIND_NEW_ARRAY };
 
 /* For the C++ operators (preload/cxx.c), which describe their blocks themselves. */
 hidden void *check_new_block(size_t size, size_t align, enum check_kind kind);   /* undescribed */
-/* Validates p for a release as kind: 1 release it (after vg_freed), 0 tell the tool only
- * (a bad pointer under Valgrind: the tool reports it), -1 nothing (bootstrap block). */
-hidden int check_delete_begin(void *p, enum check_kind kind, size_t *size);
-hidden void check_delete_end(void *p);
+/* What a release needs to know of a block (check.c fills it). */
+struct check_hdr;
+struct check_block {
+  struct check_hdr *h;
+  uint8_t *b;
+  int cls;
+  size_t size;
+  enum check_kind kind;
+};
+/* Validates p for a release through the family of release (-1: any): 1 release it (the caller
+ * describes the release with vg_freed, then calls check_give_block), 0 a bad pointer (tell the
+ * tool: vg_freed(p, 0)), -1 nothing to do (bootstrap block). */
+hidden int check_take_block(void *p, int release, struct check_block *f);
+hidden void check_give_block(struct check_block *f);
 
 /* pool.c: which tool (true under any), then under memcheck the pool comes from memcheck's own heap (see check.c). */
 hidden bool check_setup(void);

@@ -274,8 +274,18 @@ static bool check_take(void *p, struct check_block *f, int release, bool realloc
 static struct {
   uintptr_t *head, *tail;
   size_t volume, max;
+  _Atomic size_t bytes;   /* the held blocks' own sizes, which mallinfo counts as free */
   bool on;
 } held;
+
+/* What the statistics count for the block: its class size, or a large block's usable bytes
+ * and its 16-byte boundary tag. */
+static size_t block_bytes(uint8_t *b) {
+  int cls = class_at(b);
+  return cls >= 0 ? fm_pool.cls[cls].size : large_usable(b) + FM_ALIGN;
+}
+
+size_t check_held_bytes(void) { return atomic_load_explicit(&held.bytes, memory_order_relaxed); }
 
 static void give_back(uint8_t *b) {
   if (pool_gone) return;
@@ -294,11 +304,13 @@ static void hold(uint8_t *b, size_t size) {
   else held.head = w;
   held.tail = w;
   held.volume += size;
+  held.bytes += block_bytes(b);
   while (held.volume > held.max && held.head) {
     uintptr_t *o = held.head;
     held.head = (uintptr_t *)o[0];
     if (!held.head) held.tail = NULL;
     held.volume -= o[1];
+    held.bytes -= block_bytes((uint8_t *)o);
     give_back((uint8_t *)o);
   }
 }

@@ -6,6 +6,7 @@
 #include "fmt.h"
 #include "internal.h"
 #include "os.h"
+#include "vg.h"
 
 struct class_stats {
   uint64_t carved, in_use, peak, share_centi, borrows, exhausted;
@@ -153,7 +154,7 @@ struct mallinfo2 flatmalloc_mallinfo2(void) {
   struct large_stats ls;
   large_stats(&ls);
   mi.arena = held + ls.top;
-  mi.uordblks = used + ls.in_use;
+  mi.uordblks = used + ls.in_use - check_held_bytes();   /* memcheck's held-back blocks are free */
   mi.fordblks = mi.arena - mi.uordblks;
   mi.ordblks = (size_t)ls.blocks;
   mi.keepcost = ls.free;

@@ -117,15 +117,16 @@ static uint32_t magic(const struct check_hdr *h, bool live) {
   return live ? m : ~m;
 }
 
-/* Canary byte i after a block ending at user + size: keyed, never 0 (a program's stray
- * terminating NUL at p[size] is the commonest overrun). */
+/* Canary byte i after a block ending at user + size: keyed (7 random bits a byte), and never
+ * an ASCII byte nor 0xff, so an overrun by a string's terminating NUL, by text or by a
+ * memset to 0 or -1 always shows, whatever the key. */
 static uint64_t canary_seed(const uint8_t *user) {
   uint64_t x = (fm_pool.key ^ (uintptr_t)user) * 0x9e3779b97f4a7c15ull;
   return x ^ (x >> 29);
 }
 static uint8_t canary_byte(uint64_t seed, size_t i) {
-  uint8_t c = (uint8_t)(seed >> ((i & 7) * 8)) ^ (uint8_t)(i >> 3);
-  return c ? c : 0x5a;
+  uint8_t c = (uint8_t)(0x80u | ((uint8_t)(seed >> ((i & 7) * 8)) ^ (uint8_t)(i >> 3)));
+  return c == 0xff ? 0xfe : c;
 }
 
 /* End of the underlying block b. */

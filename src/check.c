@@ -281,23 +281,21 @@ static struct {
 
 /* What the statistics count for the block: its class size, or a large block's usable bytes
  * and its 16-byte boundary tag. */
-static size_t block_bytes(uint8_t *b) {
-  int cls = class_at(b);
+static size_t block_bytes(uint8_t *b, int cls) {
   return cls >= 0 ? fm_pool.cls[cls].size : large_usable(b) + FM_ALIGN;
 }
 
 size_t check_held_bytes(void) { return atomic_load_explicit(&held.bytes, memory_order_relaxed); }
 
-static void give_back(uint8_t *b) {
+static void give_back(uint8_t *b, int cls) {
   if (pool_gone) return;
-  int cls = class_at(b);
   if (cls >= 0) tcache_free(b, (unsigned)cls);
   else large_free(b);
 }
 
 /* Called with check_lock held and memcheck looking away. */
-static void hold(uint8_t *b, size_t size) {
-  if (!held.on) return give_back(b);
+static void hold(uint8_t *b, int cls, size_t size) {
+  if (!held.on) return give_back(b, cls);
   uintptr_t *w = (uintptr_t *)b;
   w[0] = 0;
   w[1] = size;
@@ -305,14 +303,15 @@ static void hold(uint8_t *b, size_t size) {
   else held.head = w;
   held.tail = w;
   held.volume += size;
-  held.bytes += block_bytes(b);
+  held.bytes += block_bytes(b, cls);
   while (held.volume > held.max && held.head) {
     uintptr_t *o = held.head;
     held.head = (uintptr_t *)o[0];
     if (!held.head) held.tail = NULL;
     held.volume -= o[1];
-    held.bytes -= block_bytes((uint8_t *)o);
-    give_back((uint8_t *)o);
+    int ocls = class_at(o);
+    held.bytes -= block_bytes((uint8_t *)o, ocls);
+    give_back((uint8_t *)o, ocls);
   }
 }
 
@@ -341,7 +340,7 @@ int check_take_block(void *p, int release, struct check_block *f) {
 
 void check_give_block(struct check_block *f) {
   f->h->magic = magic(f->h, false);
-  hold(f->b, f->size);
+  hold(f->b, f->cls, f->size);
   VALGRIND_ENABLE_ERROR_REPORTING;
   unlock();
 }

@@ -27,15 +27,11 @@ extern char _ZTVSt9bad_alloc[] __attribute__((weak));                           
 extern void _ZNSt9bad_allocD1Ev(void *) __attribute__((weak));                     /* its destructor */
 
 /* ---- allocation -------------------------------------------------------------------------- */
-/* Always inline: in described mode the request is issued from the operator's own body, so the
- * tool's stack reads "operator new(unsigned long)", then the program. */
-static always_inline void *cxx_try(size_t n, size_t align, enum check_kind kind) {
-  if (likely(fm_pool.small_lim)) return align ? flatmalloc_aligned_alloc(align, n) : fm_alloc(n);
-  if (!pool_ready() && !pool_init()) return boot_alloc(n, align);
-  if (!fm_pool.checked) return align ? flatmalloc_aligned_alloc(align, n) : fm_alloc(n);
-  void *p = check_new_block(n, align, kind);
-  if (p) vg_alloced(p, n, false);
-  return p;
+/* The operators' bodies are macros: in described mode the request is issued from the
+ * operator's own code, so the tool's stack reads "operator new(unsigned long)", then the
+ * program, with or without debug information. */
+static always_inline void *cxx_plain(size_t n, size_t align) {
+  return align ? flatmalloc_aligned_alloc(align, n) : fm_alloc(n);
 }
 
 static cold noinline void *cxx_fail(size_t n, size_t align, enum check_kind kind, bool nothrow) {
@@ -43,7 +39,12 @@ static cold noinline void *cxx_fail(size_t n, size_t align, enum check_kind kind
     new_handler h = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
     if (!h) break;
     h();
-    void *p = cxx_try(n, align, kind);
+    void *p;
+    if (!fm_pool.checked) {
+      p = cxx_plain(n, align);
+    } else if ((p = check_new_block(n, align, kind))) {
+      vg_alloced(p, n, false);
+    }
     if (p) return p;
   }
   if (nothrow) return NULL;
@@ -57,46 +58,56 @@ static cold noinline void *cxx_fail(size_t n, size_t align, enum check_kind kind
   abort();
 }
 
-static always_inline void *cxx_new(size_t n, size_t align, enum check_kind kind, bool nothrow) {
-  void *p = cxx_try(n, align, kind);
-  return likely(p != NULL) ? p : cxx_fail(n, align, kind, nothrow);
-}
+#define NEW_BODY(n, align, kind, nothrow)                                                      \
+  void *p;                                                                                     \
+  if (likely(fm_pool.small_lim)) {                                                             \
+    p = cxx_plain(n, align);                                                                   \
+  } else if (!pool_ready() && !pool_init()) {                                                  \
+    p = boot_alloc(n, align);                                                                  \
+  } else if (!fm_pool.checked) {                                                               \
+    p = cxx_plain(n, align);                                                                   \
+  } else if ((p = check_new_block(n, align, kind))) {                                          \
+    vg_alloced(p, n, false);                                                                   \
+  }                                                                                            \
+  return likely(p != NULL) ? p : cxx_fail(n, align, kind, nothrow)
 
 /* ---- release ----------------------------------------------------------------------------- */
-static always_inline void cxx_delete(void *p, enum check_kind kind) {
-  if (unlikely(fm_pool.checked)) {
-    struct check_block f;
-    int r;
-    if (!p || (r = check_take_block(p, (int)kind, &f)) < 0) return;
-    if (r == 0) return vg_freed(p, 0);   /* the tool reports the bad pointer */
-    vg_freed(p, f.size);
-    check_give_block(&f);
-    return;
-  }
-  fm_free(p);
-}
+#define DELETE_BODY(p, kind)                                                                   \
+  if (unlikely(fm_pool.checked)) {                                                             \
+    struct check_block f;                                                                      \
+    int r;                                                                                     \
+    if (!(p) || (r = check_take_block((p), (int)(kind), &f)) < 0) return;                      \
+    if (r == 0) { /* the tool reports the bad pointer */                                       \
+      vg_freed((p), 0);                                                                        \
+      return;                                                                                  \
+    }                                                                                          \
+    vg_freed((p), f.size);                                                                     \
+    check_give_block(&f);                                                                      \
+    return;                                                                                    \
+  }                                                                                            \
+  fm_free(p)
 
 /* ---- the operators ----------------------------------------------------------------------- */
 typedef struct { char c; } nothrow_t;   /* const std::nothrow_t &: only its address is passed */
 
-EXPORT void *_Znwm(size_t n) { return cxx_new(n, 0, KIND_NEW, false); }
-EXPORT void *_Znam(size_t n) { return cxx_new(n, 0, KIND_NEW_ARRAY, false); }
-EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const nothrow_t *t) { (void)t; return cxx_new(n, 0, KIND_NEW, true); }
-EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const nothrow_t *t) { (void)t; return cxx_new(n, 0, KIND_NEW_ARRAY, true); }
-EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t a) { return cxx_new(n, a, KIND_NEW, false); }
-EXPORT void *_ZnamSt11align_val_t(size_t n, size_t a) { return cxx_new(n, a, KIND_NEW_ARRAY, false); }
-EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const nothrow_t *t) { (void)t; return cxx_new(n, a, KIND_NEW, true); }
-EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const nothrow_t *t) { (void)t; return cxx_new(n, a, KIND_NEW_ARRAY, true); }
+EXPORT void *_Znwm(size_t n) { NEW_BODY(n, 0, KIND_NEW, false); }
+EXPORT void *_Znam(size_t n) { NEW_BODY(n, 0, KIND_NEW_ARRAY, false); }
+EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const nothrow_t *t) { (void)t; NEW_BODY(n, 0, KIND_NEW, true); }
+EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const nothrow_t *t) { (void)t; NEW_BODY(n, 0, KIND_NEW_ARRAY, true); }
+EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t a) { NEW_BODY(n, a, KIND_NEW, false); }
+EXPORT void *_ZnamSt11align_val_t(size_t n, size_t a) { NEW_BODY(n, a, KIND_NEW_ARRAY, false); }
+EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const nothrow_t *t) { (void)t; NEW_BODY(n, a, KIND_NEW, true); }
+EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const nothrow_t *t) { (void)t; NEW_BODY(n, a, KIND_NEW_ARRAY, true); }
 
-EXPORT void _ZdlPv(void *p) { cxx_delete(p, KIND_NEW); }
-EXPORT void _ZdaPv(void *p) { cxx_delete(p, KIND_NEW_ARRAY); }
-EXPORT void _ZdlPvm(void *p, size_t n) { (void)n; cxx_delete(p, KIND_NEW); }
-EXPORT void _ZdaPvm(void *p, size_t n) { (void)n; cxx_delete(p, KIND_NEW_ARRAY); }
-EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const nothrow_t *t) { (void)t; cxx_delete(p, KIND_NEW); }
-EXPORT void _ZdaPvRKSt9nothrow_t(void *p, const nothrow_t *t) { (void)t; cxx_delete(p, KIND_NEW_ARRAY); }
-EXPORT void _ZdlPvSt11align_val_t(void *p, size_t a) { (void)a; cxx_delete(p, KIND_NEW); }
-EXPORT void _ZdaPvSt11align_val_t(void *p, size_t a) { (void)a; cxx_delete(p, KIND_NEW_ARRAY); }
-EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n, (void)a; cxx_delete(p, KIND_NEW); }
-EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n, (void)a; cxx_delete(p, KIND_NEW_ARRAY); }
-EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const nothrow_t *t) { (void)a, (void)t; cxx_delete(p, KIND_NEW); }
-EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const nothrow_t *t) { (void)a, (void)t; cxx_delete(p, KIND_NEW_ARRAY); }
+EXPORT void _ZdlPv(void *p) { DELETE_BODY(p, KIND_NEW); }
+EXPORT void _ZdaPv(void *p) { DELETE_BODY(p, KIND_NEW_ARRAY); }
+EXPORT void _ZdlPvm(void *p, size_t n) { (void)n; DELETE_BODY(p, KIND_NEW); }
+EXPORT void _ZdaPvm(void *p, size_t n) { (void)n; DELETE_BODY(p, KIND_NEW_ARRAY); }
+EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const nothrow_t *t) { (void)t; DELETE_BODY(p, KIND_NEW); }
+EXPORT void _ZdaPvRKSt9nothrow_t(void *p, const nothrow_t *t) { (void)t; DELETE_BODY(p, KIND_NEW_ARRAY); }
+EXPORT void _ZdlPvSt11align_val_t(void *p, size_t a) { (void)a; DELETE_BODY(p, KIND_NEW); }
+EXPORT void _ZdaPvSt11align_val_t(void *p, size_t a) { (void)a; DELETE_BODY(p, KIND_NEW_ARRAY); }
+EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n, (void)a; DELETE_BODY(p, KIND_NEW); }
+EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n, (void)a; DELETE_BODY(p, KIND_NEW_ARRAY); }
+EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const nothrow_t *t) { (void)a, (void)t; DELETE_BODY(p, KIND_NEW); }
+EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const nothrow_t *t) { (void)a, (void)t; DELETE_BODY(p, KIND_NEW_ARRAY); }

@@ -62,27 +62,30 @@ static inline enum vg_tool vg_tool(void) {
 }
 
 /* ---- described mode: what the tools are told --------------------------------------------- */
-/* These are always inline: a request's stack is the stack at the instruction that issues it,
- * so the exported function (malloc, operator new, ...) must issue it from its own body for
- * the tool's stack to start at the program's call. */
+/* Macros, not inline functions: a request's stack is the stack at the instruction that issues
+ * it, so the exported function (malloc, operator new, ...) must issue it from its own body for
+ * the tool's stack to start at the program's call; an inlined function would show as a frame of
+ * its own in a build with debug information (valgrind --read-inline-info). */
 hidden extern enum vg_tool check_tool;
 
-static always_inline void vg_alloced(void *p, size_t size, bool zeroed) {
-  VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, zeroed);
-  if (check_tool == VG_HELGRIND) {
-    VALGRIND_HG_ENABLE_CHECKING(p, size);
-    VALGRIND_HG_CLEAN_MEMORY(p, size);
-  } else if (check_tool == VG_DRD) {
-    VALGRIND_DRD_WATCH(p, size);
-    VALGRIND_HG_CLEAN_MEMORY(p, size);
-  }
-}
+#define vg_alloced(p, size, zeroed)                                                            \
+  do {                                                                                         \
+    VALGRIND_MALLOCLIKE_BLOCK((p), (size), 0, (zeroed));                                       \
+    if (check_tool == VG_HELGRIND) {                                                           \
+      VALGRIND_HG_ENABLE_CHECKING((p), (size));                                                \
+      VALGRIND_HG_CLEAN_MEMORY((p), (size));                                                   \
+    } else if (check_tool == VG_DRD) {                                                         \
+      VALGRIND_DRD_WATCH((p), (size));                                                         \
+      VALGRIND_HG_CLEAN_MEMORY((p), (size));                                                   \
+    }                                                                                          \
+  } while (0)
 
-static always_inline void vg_freed(void *p, size_t size) {
-  VALGRIND_FREELIKE_BLOCK(p, 0);
-  if (check_tool == VG_HELGRIND) VALGRIND_HG_DISABLE_CHECKING(p, size);
-  else if (check_tool == VG_DRD) VALGRIND_DRD_IGNORE(p, size);
-}
+#define vg_freed(p, size)                                                                      \
+  do {                                                                                         \
+    VALGRIND_FREELIKE_BLOCK((p), 0);                                                           \
+    if (check_tool == VG_HELGRIND) VALGRIND_HG_DISABLE_CHECKING((p), (size));                  \
+    else if (check_tool == VG_DRD) VALGRIND_DRD_IGNORE((p), (size));                           \
+  } while (0)
 
 /* How a block was allocated; a release through the wrong family is a fault. */
 enum check_kind { KIND_MALLOC, KIND_ALIGNED, KIND_NEW, KIND_NEW_ARRAY };

@@ -126,6 +126,7 @@ static bool pow2(size_t v) { return v && !(v & (v - 1)); }
 
 int flatmalloc_posix_memalign(void **memptr, size_t alignment, size_t size) {
   if (alignment % sizeof(void *) || !pow2(alignment)) return EINVAL;
+  if (fm_pool.checked) return check_posix_memalign(memptr, alignment, size);
   int saved = errno;
   void *p = alloc_aligned(alignment, size);
   if (!p) {
@@ -162,12 +163,12 @@ void *flatmalloc_pvalloc(size_t size) {
 }
 
 void *flatmalloc_realloc(void *p, size_t size) {
+  if (fm_pool.checked) return check_realloc(p, size);
   if (!p) return fm_alloc(size);
   if (size == 0) {
     fm_free(p);
     return NULL;
   }
-  if (fm_pool.checked) return check_realloc(p, size);
   size_t old = flatmalloc_malloc_usable_size(p);
   if (class_at(p) >= 0) {
     /* keep the block when the new size fits and would not waste more than half of it */

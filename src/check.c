@@ -354,6 +354,7 @@ static void *named_memalign(size_t size, size_t align) NAMED("memalign");
 static void *named_calloc(size_t size) NAMED("calloc");
 static void named_free(void *p) NAMED("free");
 static void *named_realloc(void *p, size_t size) NAMED("realloc");
+static int named_posix_memalign(void **memptr, size_t align, size_t size) NAMED("posix_memalign");
 
 static void *named_malloc(size_t size) {
   if (forward) return tool_heap.malloc(size);
@@ -394,6 +395,20 @@ static void named_free(void *p) {
 static void *named_realloc(void *p, size_t size) {
   struct check_block f;
   if (forward && !boot_owns(p)) return tool_heap.realloc(p, size);
+  if (!p) {   /* realloc(NULL, n) is malloc(n), and the tool's stack says realloc */
+    void *q = block_new(size, FM_ALIGN, KIND_MALLOC);
+    if (q && !pool_gone) vg_alloced(q, size, false);
+    return q;
+  }
+  if (!size) {   /* realloc(p, 0) frees p */
+    int r = check_take_block(p, KIND_MALLOC, &f);
+    if (r == 0) vg_freed(p, 0);
+    if (r > 0) {
+      vg_freed(p, f.size);
+      check_give_block(&f);
+    }
+    return NULL;
+  }
   if (boot_owns(p)) {
     void *q = forward ? tool_heap.malloc(size) : block_new(size, FM_ALIGN, KIND_MALLOC);
     if (!q) return NULL;
@@ -429,6 +444,20 @@ static void *named_realloc(void *p, size_t size) {
   }
   return q;
 }
+
+static int named_posix_memalign(void **memptr, size_t align, size_t size) {
+  int saved = errno;
+  void *p = forward ? tool_heap.memalign(align, size) : block_new(size, align, KIND_ALIGNED);
+  if (!p) {
+    errno = saved;
+    return ENOMEM;
+  }
+  if (!forward && !pool_gone) vg_alloced(p, size, false);
+  *memptr = p;
+  return 0;
+}
+
+int check_posix_memalign(void **memptr, size_t align, size_t size) { return named_posix_memalign(memptr, align, size); }
 
 void *check_malloc(size_t size, size_t align) {
   return align <= FM_ALIGN ? named_malloc(size) : named_memalign(size, align);

@@ -68,6 +68,13 @@ check_line 'delete-of-new[]' 'delete of a block allocated by new\[\]'
 out=$(FLATMALLOC_CHECK=1 LD_PRELOAD=$lib "$cxx" 2>&1)
 if [ "$out" = "cxx done" ]; then ok "checking mode: every operator pair"; else bad "checking mode: operators" "$out"; fi
 
+# ---- C++ out of memory: nothrow gives NULL, new calls the new_handler, then throws bad_alloc ----
+for mode in 0 1; do
+  out=$(FLATMALLOC_CHECK=$mode FLATMALLOC_POOL=256M LD_PRELOAD=$lib "$cxx" out-of-memory 2>&1)
+  if [ "$out" = $'nothrow: NULL\nbad_alloc\nbad_alloc after 3 new_handler calls' ]; then ok "C++ out of memory (FLATMALLOC_CHECK=$mode)"
+  else bad "C++ out of memory (FLATMALLOC_CHECK=$mode)" "$out"; fi
+done
+
 # ---- checking mode: the canary ------------------------------------------------------------------
 out=$(FLATMALLOC_CHECK=1 LD_PRELOAD=$lib "$canary" 2>&1)
 if grep -qx "canary: 0 of 1024 missed" <<<"$out"; then ok "checking mode: p[n] = 0 caught for n = 1..1024"

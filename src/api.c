@@ -50,7 +50,8 @@ void *flatmalloc_calloc(size_t count, size_t size) {
     errno = ENOMEM;
     return NULL;
   }
-  if (n > fm_pool.small_max && pool_ready() && !fm_pool.checked) {
+  if (fm_pool.checked) return check_calloc(n);
+  if (n > fm_pool.small_max && pool_ready()) {
     void *p = large_calloc(n);
     if (!p) errno = ENOMEM;
     return p;
@@ -72,6 +73,7 @@ static bool pow2(size_t v) { return v && !(v & (v - 1)); }
 
 int flatmalloc_posix_memalign(void **memptr, size_t alignment, size_t size) {
   if (alignment % sizeof(void *) || !pow2(alignment)) return EINVAL;
+  if (fm_pool.checked) return check_posix_memalign(memptr, alignment, size);
   void *p = alloc_aligned(alignment, size);
   if (!p) return ENOMEM;   /* errno is ENOMEM too, as glibc leaves it (its tests rely on it) */
   *memptr = p;
@@ -104,6 +106,7 @@ void *flatmalloc_pvalloc(size_t size) {
 }
 
 void *flatmalloc_realloc(void *p, size_t size) {
+  if (fm_pool.checked) return check_realloc(p, size);
   if (!p) return fm_alloc(size);
   if (size == 0) {
     fm_free(p);

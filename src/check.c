@@ -1,17 +1,41 @@
-/* Checking mode (FLATMALLOC_CHECK=1) and memcheck support share one block layout:
+/* Checking mode (FLATMALLOC_CHECK=1) and described mode (any Valgrind tool) share one block
+ * layout:
  *
  *     b                    h = user - 16     user                  user + size        end
  *     | allocator links    | check header    | the program's bytes | canary ......... |
  *       (16 B: store and     size, magic,                            at least 8 bytes
- *        free-list words)    offset of h from b
+ *        free-list words)    offset of h from b, kind
  *
  * b is an ordinary class or large block. The magic encodes h's address and the state
  * (allocated or freed), so a stray or interior pointer, a second free and a damaged canary
- * are all told apart. In checking mode a fault aborts with one line; under memcheck the
- * block is described with client requests and memcheck reports the fault itself. */
+ * are all told apart; the kind (malloc, memalign, new, new[]) catches a release through the
+ * wrong function. The canary bytes are keyed with the per-process random key and never 0.
+ * In checking mode a fault aborts with one line; under Valgrind each block is described to
+ * the tool with client requests and the tool reports the fault itself.
+ *
+ * Described mode, tool by tool:
+ * - memcheck: the pool is one block of memcheck's own heap (check_pool_map), because memcheck's
+ *   leak search scans every mapping of the program as a root except its own heap: blocks in an
+ *   mmap'ed pool would keep each other reachable. Freed blocks are held back (the quarantine)
+ *   for memcheck's --freelist-vol bytes, as memcheck's own malloc holds them.
+ * - helgrind, drd: the pool and the pool's bookkeeping are untracked; a block is fresh, tracked
+ *   memory from malloc to free. Calls into the core are serialised by one mutex, which the
+ *   tools see, so a block handed from one thread to another is ordered by it.
+ * - massif and the rest: malloc-like and free-like blocks.
+ * - DHAT (3.19) ignores malloc-like blocks: every call is handed to the allocator DHAT put in
+ *   libc's place, by tail calls, so DHAT's stacks still start at the program's call.
+ * Each request is issued from a function whose symbol is the API's name (malloc, free, ...),
+ * reached from the exported function by tail calls, so the tool's stack starts at the
+ * program's call and suppressions on fun:malloc match. */
+#include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fmt.h"
 #include "internal.h"
@@ -25,8 +49,42 @@
 struct check_hdr {
   uint64_t size;
   uint32_t magic;
-  uint32_t off16;   /* (h - b) / 16 */
+  uint32_t off16 : 24;   /* (h - b) / 16 */
+  uint32_t kind : 8;     /* enum check_kind */
 };
+
+enum vg_tool check_tool;
+static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool serial;                  /* described mode: core calls under check_lock */
+static uint8_t *heap_block;          /* memcheck: the heap block the pool lives in */
+static _Atomic bool pool_gone;       /* memcheck: heap_block released at exit */
+
+/* DHAT: the tool's own allocator, reached through libc's names (which the tool replaces). */
+static struct {
+  void *(*malloc)(size_t);
+  void *(*calloc)(size_t, size_t);
+  void *(*realloc)(void *, size_t);
+  void *(*memalign)(size_t, size_t);
+  void (*free)(void *);
+  size_t (*usable)(void *);
+} tool_heap;
+static bool forward;
+
+/* helgrind and drd must see a pthread mutex; under memcheck (which runs one thread at a time
+ * anyway) a flag is a tenth of the instructions, and instructions are memcheck's cost. */
+static atomic_flag check_flag = ATOMIC_FLAG_INIT;
+static bool thread_tool;
+static void lock(void) {
+  if (!serial) return;
+  if (thread_tool) pthread_mutex_lock(&check_lock);
+  else
+    while (atomic_flag_test_and_set_explicit(&check_flag, memory_order_acquire)) sched_yield();
+}
+static void unlock(void) {
+  if (!serial) return;
+  if (thread_tool) pthread_mutex_unlock(&check_lock);
+  else atomic_flag_clear_explicit(&check_flag, memory_order_release);
+}
 
 /* ---- layout helpers ---------------------------------------------------------------------- */
 static uint32_t magic(const struct check_hdr *h, bool live) {
@@ -34,66 +92,89 @@ static uint32_t magic(const struct check_hdr *h, bool live) {
   return live ? m : ~m;
 }
 
-static uint8_t canary_byte(const uint8_t *at) { return (uint8_t)(0xa5u ^ ((uintptr_t)at & 0xffu)); }
+/* Canary byte i after a block ending at user + size: keyed (7 random bits a byte), and never
+ * an ASCII byte nor 0xff, so an overrun by a string's terminating NUL, by text or by a
+ * memset to 0 or -1 always shows, whatever the key. */
+static uint64_t canary_seed(const uint8_t *user) {
+  uint64_t x = (fm_pool.key ^ (uintptr_t)user) * 0x9e3779b97f4a7c15ull;
+  return x ^ (x >> 29);
+}
+static uint8_t canary_byte(uint64_t seed, size_t i) {
+  uint8_t c = (uint8_t)(0x80u | ((uint8_t)(seed >> ((i & 7) * 8)) ^ (uint8_t)(i >> 3)));
+  return c == 0xff ? 0xfe : c;
+}
 
 /* End of the underlying block b. */
 static uint8_t *block_end(uint8_t *b, int cls) {
   return b + (cls >= 0 ? fm_pool.cls[cls].size : large_usable(b));
 }
 
+/* Under Valgrind alone the tool watches the canary's bytes itself (they are no-access): none
+ * are written or checked, which keeps memcheck's time near glibc's. */
 static size_t canary_len(uint8_t *user, size_t size, uint8_t *end) {
+  if (!fm_pool.opt.check) return 0;
   size_t room = (size_t)(end - (user + size));
   return room < CANARY_MAX ? room : CANARY_MAX;
 }
 
+static void canary_fill(uint8_t *user, size_t size, uint8_t *end) {
+  uint64_t seed = canary_seed(user);
+  size_t n = canary_len(user, size, end);
+  for (size_t i = 0; i < n; i++) user[size + i] = canary_byte(seed, i);
+}
+
 /* ---- allocation -------------------------------------------------------------------------- */
-static void *check_alloc(size_t size, size_t align) {
+/* A block of size bytes aligned to align, with its header and canary; not yet described. */
+static void *block_new(size_t size, size_t align, enum check_kind kind) {
+  if (align < FM_ALIGN) align = FM_ALIGN;
   size_t lead = align > FM_ALIGN ? align + FM_ALIGN : 2 * FM_ALIGN, total;
   if (__builtin_add_overflow(size, lead + CANARY_MIN, &total)) {
     errno = ENOMEM;
     return NULL;
   }
+  if (pool_gone) return boot_alloc(size, align);
+  lock();
   VALGRIND_DISABLE_ERROR_REPORTING;
   uint8_t *b = block_alloc(total);
   uint8_t *user = NULL;
   if (b) {
-    int cls = class_at(b);
-    uint8_t *end = block_end(b, cls);
     user = (uint8_t *)(((uintptr_t)b + 2 * FM_ALIGN + align - 1) & ~(uintptr_t)(align - 1));
     if (align <= FM_ALIGN) user = b + 2 * FM_ALIGN;
     struct check_hdr *h = (struct check_hdr *)(user - FM_ALIGN);
-    *h = (struct check_hdr){size, magic(h, true), (uint32_t)(((uint8_t *)h - b) / FM_ALIGN)};
-    size_t n = canary_len(user, size, end);
-    for (size_t i = 0; i < n; i++) user[size + i] = canary_byte(user + size + i);
-    VALGRIND_MAKE_MEM_NOACCESS(b, (size_t)(user - b));
-    VALGRIND_MAKE_MEM_NOACCESS(user + size, (size_t)(end - user - size));
+    *h = (struct check_hdr){size, magic(h, true), (uint32_t)(((uint8_t *)h - b) / FM_ALIGN), kind};
+    /* Under memcheck a block's bytes are all no-access whenever it is handed out (the pool
+     * starts so and a release leaves it so); only pages the strict-overcommit mode makes
+     * accessible later need telling. */
+    if (fm_pool.opt.check || fm_pool.lazy_commit) {
+      uint8_t *end = block_end(b, class_at(b));
+      canary_fill(user, size, end);
+      VALGRIND_MAKE_MEM_NOACCESS(b, (size_t)(user - b));
+      VALGRIND_MAKE_MEM_NOACCESS(user + size, (size_t)(end - user - size));
+    }
     profile_alloc(size);
   }
   VALGRIND_ENABLE_ERROR_REPORTING;
-  if (user) VALGRIND_MALLOCLIKE_BLOCK(user, size, 0, 0);
+  unlock();
   return user;
 }
 
-void *check_malloc(size_t size, size_t align) { return check_alloc(size, align < FM_ALIGN ? FM_ALIGN : align); }
+void *check_new_block(size_t size, size_t align, enum check_kind kind) {
+  if (forward) return align > FM_ALIGN ? tool_heap.memalign(align, size) : tool_heap.malloc(size);
+  return block_new(size, align, kind);
+}
 
 /* ---- validation -------------------------------------------------------------------------- */
 enum verdict { V_OK, V_FREED, V_FOREIGN, V_INTERIOR, V_MISALIGNED, V_OVERRUN };
 
-struct found {
-  struct check_hdr *h;
-  uint8_t *b;
-  int cls;
-  size_t size;   /* the size the program asked for, read while memcheck looks away */
-};
 
-static enum verdict check_find(void *p, struct found *f) {
+static enum verdict check_find(void *p, struct check_block *f) {
   f->cls = class_at(p);
   if (f->cls < 0 && (uintptr_t)p - fm_pool.heap_base >= fm_pool.heap_size) return V_FOREIGN;
   if ((uintptr_t)p & (FM_ALIGN - 1)) return V_MISALIGNED;
   struct check_hdr *h = (struct check_hdr *)((uint8_t *)p - FM_ALIGN);
   f->h = h;
   bool live = h->magic == magic(h, true);
-  if (!live) return h->magic == magic(h, false) ? V_FREED : V_INTERIOR;
+  if (!live) return h->magic == magic(h, false) ? V_FREED : V_INTERIOR;   /* its span or run may be gone */
   f->b = (uint8_t *)h - (size_t)h->off16 * FM_ALIGN;
   if (f->cls >= 0) {
     /* the header must sit inside the block that p's address belongs to */
@@ -101,13 +182,14 @@ static enum verdict check_find(void *p, struct found *f) {
   } else if (class_at(f->b) >= 0 || !large_owns(f->b)) {
     return V_INTERIOR;
   }
-  if (!live) return V_FREED;
   f->size = h->size;
+  f->kind = (enum check_kind)h->kind;
   uint8_t *user = p, *end = block_end(f->b, f->cls);
   if (h->size > (size_t)(end - user)) return V_INTERIOR;
+  uint64_t seed = canary_seed(user);
   size_t n = canary_len(user, h->size, end);
   for (size_t i = 0; i < n; i++)
-    if (user[h->size + i] != canary_byte(user + h->size + i)) return V_OVERRUN;
+    if (user[h->size + i] != canary_byte(seed, i)) return V_OVERRUN;
   return V_OK;
 }
 
@@ -119,13 +201,36 @@ static const char *const verdict_text[] = {
   [V_OVERRUN] = "write past the end of a block",
 };
 
-/* Validates p for free (or realloc, which names itself). Returns true when p may be released;
- * under memcheck alone a bad pointer is left for memcheck to report. */
-static bool check_take(void *p, struct found *f, bool realloc_call) {
+/* "free of a block allocated by new[]": the releasing function and the allocating one. */
+static const char *const released_by[] = {[KIND_MALLOC] = "free", [KIND_NEW] = "delete", [KIND_NEW_ARRAY] = "delete[]"};
+static const char *const allocated_by[] = {
+  [KIND_MALLOC] = "malloc", [KIND_ALIGNED] = "memalign", [KIND_NEW] = "new", [KIND_NEW_ARRAY] = "new[]"};
+
+static bool kind_fits(enum check_kind have, enum check_kind release) {
+  return have == release || (have == KIND_ALIGNED && release == KIND_MALLOC);
+}
+
+static void mismatch(void *p, struct check_block *f, enum check_kind release, bool realloc_call) {
+  char what[64];
+  struct fmt m = {what, sizeof what, 0};
+  fmt_str(&m, realloc_call ? "realloc" : released_by[release]);
+  fmt_str(&m, " of a block allocated by ");
+  fmt_str(&m, allocated_by[f->kind]);
+  fmt_end(&m);
+  if (fm_pool.opt.check) fault_stop(what, p, f->cls);
+  VALGRIND_PRINTF_BACKTRACE("Mismatched free() / delete / delete []: %s\n", what);
+}
+
+/* Validates p for a release through the family of kind (realloc names itself). Returns true
+ * when p may be released; under Valgrind alone a bad pointer is left for the tool to report. */
+static bool check_take(void *p, struct check_block *f, int release, bool realloc_call) {
   VALGRIND_DISABLE_ERROR_REPORTING;
   enum verdict v = check_find(p, f);
   VALGRIND_ENABLE_ERROR_REPORTING;
-  if (v == V_OK) return true;
+  if (v == V_OK) {
+    if (release >= 0 && !kind_fits(f->kind, (enum check_kind)release)) mismatch(p, f, (enum check_kind)release, realloc_call);
+    return true;
+  }
   if (fm_pool.opt.check) {
     const char *what = verdict_text[v];
     if (realloc_call && v == V_FREED) what = "realloc of a freed block";
@@ -135,38 +240,157 @@ static bool check_take(void *p, struct found *f, bool realloc_call) {
   return false;
 }
 
-static void check_release(void *p, struct found *f) {
-  VALGRIND_FREELIKE_BLOCK(p, 0);
+/* ---- quarantine (memcheck) --------------------------------------------------------------- */
+/* Freed blocks wait in a FIFO until --freelist-vol bytes (by requested size, as memcheck
+ * counts) were freed after them, so memcheck still knows them as freed blocks when the program
+ * touches them. The FIFO links through the held blocks' allocator words (b[0] next, b[1]
+ * size): holding a block allocates nothing. */
+static struct {
+  uintptr_t *head, *tail;
+  size_t volume, max;
+  _Atomic size_t bytes;   /* the held blocks' own sizes, which mallinfo counts as free */
+  bool on;
+} held;
+
+/* What the statistics count for the block: its class size, or a large block's bytes. */
+static size_t block_bytes(uint8_t *b, int cls) {
+  return cls >= 0 ? fm_pool.cls[cls].size : large_usable(b);
+}
+
+size_t check_held_bytes(void) { return atomic_load_explicit(&held.bytes, memory_order_relaxed); }
+
+static void give_back(uint8_t *b, int cls) {
+  if (pool_gone) return;
+  (void)cls;
+  block_free(b);
+}
+
+/* Called with check_lock held and memcheck looking away. */
+static void hold(uint8_t *b, int cls, size_t size) {
+  if (!held.on) return give_back(b, cls);
+  uintptr_t *w = (uintptr_t *)b;
+  w[0] = 0;
+  w[1] = size;
+  if (held.tail) held.tail[0] = (uintptr_t)w;
+  else held.head = w;
+  held.tail = w;
+  held.volume += size;
+  held.bytes += block_bytes(b, cls);
+  while (held.volume > held.max && held.head) {
+    uintptr_t *o = held.head;
+    held.head = (uintptr_t *)o[0];
+    if (!held.head) held.tail = NULL;
+    held.volume -= o[1];
+    int ocls = class_at(o);
+    held.bytes -= block_bytes((uint8_t *)o, ocls);
+    give_back((uint8_t *)o, ocls);
+  }
+}
+
+/* Validates p for a release through the family of release (-1: any). Returns 1 with
+ * check_lock held and memcheck looking away, for check_give_block (the caller describes the
+ * release between the two, so that no other thread can reuse the block first); 0 for a bad
+ * pointer the tool should report; -1 when there is nothing to do (bootstrap block, DHAT). */
+int check_take_block(void *p, int release, struct check_block *f) {
+  if (boot_owns(p)) return -1;
+  if (forward) {
+    tool_heap.free(p);
+    return -1;
+  }
+  lock();
   VALGRIND_DISABLE_ERROR_REPORTING;
+  enum verdict v = check_find(p, f);
+  if (v == V_OK) {
+    if (release >= 0 && !kind_fits(f->kind, (enum check_kind)release)) mismatch(p, f, (enum check_kind)release, false);
+    return 1;
+  }
+  VALGRIND_ENABLE_ERROR_REPORTING;
+  unlock();
+  if (fm_pool.opt.check) fault_stop(verdict_text[v], p, v == V_FOREIGN ? -1 : f->cls);
+  return 0;
+}
+
+void check_give_block(struct check_block *f) {
   f->h->magic = magic(f->h, false);
   profile_free(f->size);
-  block_free(f->b);
+  hold(f->b, f->cls, f->size);
   VALGRIND_ENABLE_ERROR_REPORTING;
+  unlock();
 }
 
-void check_free(void *p) {
-  struct found f;
-  if (boot_owns(p)) return;
-  if (check_take(p, &f, false)) check_release(p, &f);
-  else VALGRIND_FREELIKE_BLOCK(p, 0);   /* memcheck: "Invalid free()" */
+/* ---- the API's functions, under the API's names ------------------------------------------- */
+/* Local symbols named malloc, free, ...: each issues its requests from its own body and is
+ * reached by tail calls from the exported function, so a tool's stack reads malloc, main. */
+#define NAMED(fn) __asm__(fn) noinline __attribute__((used))
+static void *named_malloc(size_t size) NAMED("malloc");
+static void *named_memalign(size_t size, size_t align) NAMED("memalign");
+static void *named_calloc(size_t size) NAMED("calloc");
+static void named_free(void *p) NAMED("free");
+static void *named_realloc(void *p, size_t size) NAMED("realloc");
+static int named_posix_memalign(void **memptr, size_t align, size_t size) NAMED("posix_memalign");
+
+static void *named_malloc(size_t size) {
+  if (forward) return tool_heap.malloc(size);
+  void *p = block_new(size, FM_ALIGN, KIND_MALLOC);
+  if (p && !pool_gone) vg_alloced(p, size, false);
+  return p;
 }
 
-size_t check_usable(void *p) {
-  struct found f;
-  if (boot_owns(p)) return boot_usable(p);
-  if (!check_take(p, &f, false)) return 0;
-  return f.size;
+static void *named_memalign(size_t size, size_t align) {
+  if (forward) return tool_heap.memalign(align, size);
+  void *p = block_new(size, align, KIND_ALIGNED);
+  if (p && !pool_gone) vg_alloced(p, size, false);
+  return p;
 }
 
-void *check_realloc(void *p, size_t size) {
-  struct found f;
-  if (boot_owns(p)) {
-    void *q = check_malloc(size, 0);
-    if (q) memcpy(q, p, boot_usable(p) < size ? boot_usable(p) : size);
+static void *named_calloc(size_t size) {
+  if (forward) return tool_heap.calloc(1, size);
+  void *p = block_new(size, FM_ALIGN, KIND_MALLOC);
+  if (!p) return NULL;
+  if (pool_gone) return memset(p, 0, size);
+  VALGRIND_DISABLE_ERROR_REPORTING;
+  memset(p, 0, size);
+  VALGRIND_ENABLE_ERROR_REPORTING;
+  vg_alloced(p, size, true);
+  return p;
+}
+
+static void named_free(void *p) {
+  struct check_block f;
+  if (forward && !boot_owns(p)) return tool_heap.free(p);
+  int r = check_take_block(p, KIND_MALLOC, &f);
+  if (r == 0) vg_freed(p, 0);   /* memcheck reports "Invalid free()" */
+  if (r <= 0) return;
+  vg_freed(p, f.size);
+  check_give_block(&f);
+}
+
+static void *named_realloc(void *p, size_t size) {
+  struct check_block f;
+  if (forward && !boot_owns(p)) return tool_heap.realloc(p, size);
+  if (!p) {   /* realloc(NULL, n) is malloc(n), and the tool's stack says realloc */
+    void *q = block_new(size, FM_ALIGN, KIND_MALLOC);
+    if (q && !pool_gone) vg_alloced(q, size, false);
     return q;
   }
-  if (!check_take(p, &f, true)) {
-    VALGRIND_FREELIKE_BLOCK(p, 0);
+  if (!size) {   /* realloc(p, 0) frees p */
+    int r = check_take_block(p, KIND_MALLOC, &f);
+    if (r == 0) vg_freed(p, 0);
+    if (r > 0) {
+      vg_freed(p, f.size);
+      check_give_block(&f);
+    }
+    return NULL;
+  }
+  if (boot_owns(p)) {
+    void *q = forward ? tool_heap.malloc(size) : block_new(size, FM_ALIGN, KIND_MALLOC);
+    if (!q) return NULL;
+    memcpy(q, p, boot_usable(p) < size ? boot_usable(p) : size);
+    if (!pool_gone && !forward) vg_alloced(q, size, false);
+    return q;
+  }
+  if (!check_take(p, &f, KIND_MALLOC, true)) {
+    vg_freed(p, 0);   /* memcheck: "Invalid free() / delete / delete[] / realloc()" */
     return NULL;
   }
   size_t old = f.size;
@@ -177,24 +401,182 @@ void *check_realloc(void *p, size_t size) {
     VALGRIND_RESIZEINPLACE_BLOCK(p, old, size, 0);
     VALGRIND_DISABLE_ERROR_REPORTING;
     f.h->size = size;
+    f.h->kind = KIND_MALLOC;
     profile_free(old);
     profile_alloc(size);
-    size_t n = canary_len(user, size, end);
-    for (size_t i = 0; i < n; i++) user[size + i] = canary_byte(user + size + i);
+    canary_fill(user, size, end);
     VALGRIND_MAKE_MEM_NOACCESS(user + size, (size_t)(end - user - size));
     VALGRIND_ENABLE_ERROR_REPORTING;
     return p;
   }
-  void *q = check_malloc(size, 0);
+  void *q = block_new(size, FM_ALIGN, KIND_MALLOC);
   if (!q) return NULL;
+  if (!pool_gone) vg_alloced(q, size, false);
   memcpy(q, p, old < size ? old : size);
-  check_release(p, &f);
+  if (check_take_block(p, -1, &f) > 0) {
+    vg_freed(p, old);
+    check_give_block(&f);
+  }
   return q;
 }
 
-/* Under memcheck the pool starts inaccessible: blocks become addressable as they are handed
- * out, and memcheck's leak search does not wade through untouched gigabytes. */
+static int named_posix_memalign(void **memptr, size_t align, size_t size) {
+  void *p = forward ? tool_heap.memalign(align, size) : block_new(size, align, KIND_ALIGNED);
+  if (!p) {
+    errno = ENOMEM;   /* as glibc 2.36 leaves it */
+    return ENOMEM;
+  }
+  if (!forward && !pool_gone) vg_alloced(p, size, false);
+  *memptr = p;
+  return 0;
+}
+
+int check_posix_memalign(void **memptr, size_t align, size_t size) { return named_posix_memalign(memptr, align, size); }
+
+void *check_malloc(size_t size, size_t align) {
+  return align <= FM_ALIGN ? named_malloc(size) : named_memalign(size, align);
+}
+void *check_calloc(size_t n) { return named_calloc(n); }
+void check_free(void *p) { named_free(p); }
+void *check_realloc(void *p, size_t size) { return named_realloc(p, size); }
+
+size_t check_usable(void *p) {
+  struct check_block f;
+  if (boot_owns(p)) return boot_usable(p);
+  if (forward) return tool_heap.usable(p);
+  if (!check_take(p, &f, -1, false)) return 0;
+  return f.size;
+}
+
+/* ---- start-up and exit under Valgrind ---------------------------------------------------- */
+/* memcheck's --freelist-vol: the tool's options are not the program's, but the kernel's copy
+ * of the command line is (/proc/thread-self/cmdline; Valgrind fakes /proc/self/cmdline), and
+ * VALGRIND_OPTS comes before it. */
+static void parse_vol(const char *arg) {
+  static const char opt[] = "--freelist-vol=";
+  if (strncmp(arg, opt, sizeof opt - 1)) return;
+  size_t v = 0;
+  for (const char *s = arg + sizeof opt - 1; *s >= '0' && *s <= '9'; s++) v = v * 10 + (size_t)(*s - '0');
+  held.max = v;
+}
+
+static void read_freelist_vol(void) {
+  extern char **environ;
+  held.max = 20000000;   /* memcheck's default */
+  for (char **e = environ; e && *e; e++) {
+    if (strncmp(*e, "VALGRIND_OPTS=", 14)) continue;
+    for (const char *s = *e + 14; *s; s++)
+      if (s[0] == '-' && (s == *e + 14 || s[-1] == ' ')) parse_vol(s);
+  }
+  static char buf[4096];
+  int fd = open("/proc/thread-self/cmdline", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return;
+  buf[n] = 0;
+  /* valgrind's own argv[0], its options, then the program: stop at the first non-option */
+  for (char *a = buf + strlen(buf) + 1; a < buf + n && *a == '-'; a += strlen(a) + 1) parse_vol(a);
+}
+
+static bool tool_heap_find(void) {
+  tool_heap.malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
+  tool_heap.calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
+  tool_heap.realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
+  tool_heap.memalign = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "memalign");
+  tool_heap.free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
+  tool_heap.usable = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+  return tool_heap.malloc && tool_heap.calloc && tool_heap.realloc && tool_heap.memalign && tool_heap.free &&
+         tool_heap.usable;
+}
+
+bool check_setup(void) {
+  check_tool = vg_tool();
+  forward = check_tool == VG_DHAT && tool_heap_find();
+  serial = check_tool != VG_NONE;
+  thread_tool = check_tool == VG_HELGRIND || check_tool == VG_DRD;
+  /* The thread checkers order a hand-over by the lock itself; its own words, which glibc's
+   * unlock writes after the tool has seen the release, are left out of their checks. */
+  VALGRIND_HG_DISABLE_CHECKING(&check_lock, sizeof check_lock);
+  VALGRIND_DRD_IGNORE(&check_lock, sizeof check_lock);
+  held.on = check_tool == VG_MEMCHECK;
+  if (held.on) read_freelist_vol();
+  return serial;
+}
+
+/* The default pool's ceiling under each tool. memcheck's heap holds a block of 16 GiB but not
+ * 32; helgrind shadows mapped memory eagerly (4 GiB of pool cost it 3 GB and 4 s) and drd's
+ * suppression of the pool costs it time in proportion (32 GiB: 13 s). */
+size_t check_pool_cap(void) {
+  switch (check_tool) {
+  case VG_MEMCHECK: return (size_t)16 << 30;
+  case VG_HELGRIND:
+  case VG_DRD: return (size_t)512 << 20;
+  default: return (size_t)32 << 30;
+  }
+}
+
+bool check_pool_heap(void) { return check_tool == VG_MEMCHECK; }
+
+#define VG_RANGE_STEP ((size_t)128 << 20)   /* memcheck warns about ranges above 256 MiB */
+
+static void vg_range(void (*req)(void *, size_t), uintptr_t from, uintptr_t to) {
+  for (; from < to; from += VG_RANGE_STEP) req((void *)from, to - from < VG_RANGE_STEP ? to - from : VG_RANGE_STEP);
+}
+static void req_noaccess(void *a, size_t n) { VALGRIND_MAKE_MEM_NOACCESS(a, n); }
+static void req_defined(void *a, size_t n) { (void)VALGRIND_MAKE_MEM_DEFINED(a, n); }
+static void req_hg_untracked(void *a, size_t n) { VALGRIND_HG_DISABLE_CHECKING(a, n); }
+static void req_drd_ignore(void *a, size_t n) { VALGRIND_DRD_IGNORE(a, n); }
+
+/* memcheck: the pool is one block of memcheck's heap (libc's malloc, which memcheck replaces),
+ * shrunk at once to one byte in memcheck's books and released at exit, so it never shows in
+ * the program's heap. Returns one byte past the block's start, so that the pool's alignment
+ * keeps that byte out of the pool. */
+void *check_pool_map(size_t size) {
+  void *(*heap_malloc)(size_t) = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
+  if (!heap_malloc) return NULL;
+  uint8_t *p = heap_malloc(size);
+  if (!p) return NULL;
+  for (size_t left = size; left > 1;) {
+    size_t next = left > VG_RANGE_STEP + 1 ? left - VG_RANGE_STEP : 1;
+    VALGRIND_RESIZEINPLACE_BLOCK(p, left, next, 0);
+    left = next;
+  }
+  heap_block = p;
+  vg_range(req_defined, (uintptr_t)p + 1, (uintptr_t)p + size);   /* the kernel's zeroes */
+  return p + 1;
+}
+
+static void check_after_fork(void) {
+  pthread_mutex_init(&check_lock, NULL);
+  atomic_flag_clear(&check_flag);
+}
+
+/* Under Valgrind the block area starts inaccessible (memcheck: blocks become addressable as
+ * they are handed out; its leak search does not wade through untouched gigabytes), and for the
+ * thread checkers the pool and its bookkeeping are untracked. */
 void check_pool_start(void) {
   if (!fm_pool.valgrind) return;
-  VALGRIND_MAKE_MEM_NOACCESS((void *)fm_pool.heap_base, fm_pool.heap_size);
+  uintptr_t end = fm_pool.base + fm_pool.size;
+  vg_range(req_noaccess, fm_pool.heap_base, end);
+  if (check_tool == VG_HELGRIND) {
+    vg_range(req_hg_untracked, fm_pool.base, end);
+    VALGRIND_HG_DISABLE_CHECKING(&fm_pool, sizeof fm_pool);
+  } else if (check_tool == VG_DRD) {
+    vg_range(req_drd_ignore, fm_pool.base, end);
+    VALGRIND_DRD_IGNORE(&fm_pool, sizeof fm_pool);
+  }
+  pthread_atfork(NULL, NULL, check_after_fork);
+}
+
+/* Runs after the program's and the other libraries' exit handlers: memcheck forgets the heap
+ * block the pool lives in (its leak search then sees only the program's blocks). From here on
+ * the pool may be unmapped at memcheck's next allocation: new requests come from the
+ * bootstrap buffer and freed blocks are only described, never reused. */
+__attribute__((destructor)) static void check_pool_end(void) {
+  if (!heap_block) return;
+  pool_gone = true;
+  VALGRIND_DISABLE_ERROR_REPORTING;   /* a malloc'ed block freed as a custom one */
+  VALGRIND_FREELIKE_BLOCK(heap_block, 0);
+  VALGRIND_ENABLE_ERROR_REPORTING;
 }

@@ -80,7 +80,8 @@ static void pool_layout(void *mem, size_t size) {
 
 /* Reserves size bytes starting on a 2 MiB boundary; the slack before it is never touched. */
 static void *pool_map(size_t size, bool prefault) {
-  uintptr_t mem = (uintptr_t)os_reserve(size + POOL_ALIGN, prefault, !fm_pool.lazy_commit);
+  uintptr_t mem = (uintptr_t)(check_pool_heap() ? check_pool_map(size + POOL_ALIGN)
+                                                : os_reserve(size + POOL_ALIGN, prefault, !fm_pool.lazy_commit));
   return mem ? (void *)((mem + POOL_ALIGN - 1) & ~(uintptr_t)(POOL_ALIGN - 1)) : NULL;
 }
 
@@ -97,7 +98,7 @@ static void pool_reserve(void) {
     }
   } else {
     uint64_t phys = os_physical_memory();
-    if (fm_pool.valgrind && phys > (4ull << 30)) phys = 4ull << 30;   /* memcheck's address space is smaller */
+    if (fm_pool.valgrind && phys > check_pool_cap()) phys = check_pool_cap();   /* see check.c */
     size = phys > FM_POOL_MAX ? FM_POOL_MAX : (size_t)phys;
     uint64_t cap = os_address_limit() / 2;   /* under RLIMIT_AS: half stays for stacks and mappings */
     size_t least = cap < (64u << 20) ? (size_t)cap : (64u << 20);
@@ -113,7 +114,7 @@ static void pool_reserve(void) {
 static void pool_start(void) {
   struct fm_pool *P = &fm_pool;
   options_read(&P->opt);
-  P->valgrind = vg_memcheck();
+  P->valgrind = check_setup();
   P->checked = P->opt.check || P->valgrind || P->opt.profile;
   pool_reserve();
   tcache_setup();

@@ -6,6 +6,7 @@
 #include "fmt.h"
 #include "internal.h"
 #include "os.h"
+#include "vg.h"
 
 struct cstat {
   struct class_stats s;
@@ -137,7 +138,7 @@ struct mallinfo2 flatmalloc_mallinfo2(void) {
   struct span_stats ss;
   span_stats(&ss);
   mi.arena = ss.used + ss.free;
-  mi.uordblks = used + ss.large_held;
+  mi.uordblks = used + ss.large_held - check_held_bytes();   /* memcheck's held-back blocks are free */
   mi.fordblks = mi.arena - mi.uordblks;
   mi.hblkhd = ss.large_held;
   mi.keepcost = ss.dirty;

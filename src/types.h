@@ -206,8 +206,8 @@ struct fm_pool {
   size_t heap_size;
   size_t small_max;          /* largest class size */
   unsigned nclass;
-  bool valgrind;             /* running under memcheck */
-  bool checked;              /* checking mode or memcheck: every call takes the slow path */
+  bool valgrind;             /* running under a Valgrind tool: described mode */
+  bool checked;              /* checking or described mode: every call takes the slow path */
   bool lazy_commit;          /* strict overcommit: the heap becomes accessible as it is used */
   _Atomic int state;         /* pool.c: none, starting, ready */
   struct fm_tcache *slots;

@@ -1,27 +1,119 @@
-/* Valgrind client requests, or nothing when built without Valgrind's headers. Outside
- * Valgrind each request is a few instructions that do nothing; the default fast paths never
- * reach one (memcheck mode sends every call through the slow paths). */
+/* Valgrind client requests, and the interface of "described" mode (check.c).
+ *
+ * Under any Valgrind tool (memcheck, helgrind, drd, massif, DHAT, ...) flatmalloc runs in
+ * described mode: every call takes the slow paths of check.c, which tell the tool about each
+ * block (malloc-like / free-like blocks; for the thread checkers, fresh memory on allocation
+ * and untracked memory while the allocator owns it). Outside Valgrind each request is a few
+ * instructions that do nothing; the default fast paths never reach one. Built without
+ * Valgrind's headers, the requests compile to nothing. */
 #ifndef FM_VG_H
 #define FM_VG_H
 #include <stdbool.h>
+#include <stddef.h>
+#include <string.h>
+#include "types.h"
 #ifdef FM_VALGRIND
 #include <valgrind/memcheck.h>
+#include <valgrind/helgrind.h>
+/* drd.h's ANNOTATE_* names clash with helgrind.h's; its two range requests by number (the
+ * enum in drd.h is a stable ABI). Helgrind's CLEAN_MEMORY is also drd's. */
+#define FM_DRD_START_SUPPRESSION (VG_USERREQ_TOOL_BASE('D', 'R') + 2)
+#define FM_DRD_FINISH_SUPPRESSION (VG_USERREQ_TOOL_BASE('D', 'R') + 3)
+#define VALGRIND_DRD_IGNORE(a, s) VALGRIND_DO_CLIENT_REQUEST_STMT(FM_DRD_START_SUPPRESSION, a, s, 0, 0, 0)
+#define VALGRIND_DRD_WATCH(a, s) VALGRIND_DO_CLIENT_REQUEST_STMT(FM_DRD_FINISH_SUPPRESSION, a, s, 0, 0, 0)
 #else
 #define RUNNING_ON_VALGRIND 0
-#define VALGRIND_MALLOCLIKE_BLOCK(a, s, r, z) ((void)0)
-#define VALGRIND_FREELIKE_BLOCK(a, r) ((void)0)
+#define VALGRIND_MALLOCLIKE_BLOCK(a, s, r, z) ((void)(a), (void)(s), (void)(z))
+#define VALGRIND_FREELIKE_BLOCK(a, r) ((void)(a))
 #define VALGRIND_RESIZEINPLACE_BLOCK(a, o, n, r) ((void)0)
 #define VALGRIND_MAKE_MEM_NOACCESS(a, s) ((void)0)
-#define VALGRIND_MAKE_MEM_DEFINED(a, s) 0
+#define VALGRIND_MAKE_MEM_DEFINED(a, s) ((void)(a), 0)
+#define VALGRIND_MAKE_MEM_UNDEFINED(a, s) ((void)0)
 #define VALGRIND_DISABLE_ERROR_REPORTING ((void)0)
 #define VALGRIND_ENABLE_ERROR_REPORTING ((void)0)
+#define VALGRIND_PRINTF_BACKTRACE(...) ((void)0)
+#define VALGRIND_HG_CLEAN_MEMORY(a, s) ((void)(a), (void)(s))
+#define VALGRIND_HG_DISABLE_CHECKING(a, s) ((void)(a), (void)(s))
+#define VALGRIND_HG_ENABLE_CHECKING(a, s) ((void)(a), (void)(s))
+#define VALGRIND_DRD_IGNORE(a, s) ((void)(a), (void)(s))
+#define VALGRIND_DRD_WATCH(a, s) ((void)(a), (void)(s))
 #endif
 
-/* Under memcheck, not under callgrind or another tool: only memcheck answers its own requests
- * (with -1 for this one); the others return the default, 0. */
-static inline bool vg_memcheck(void) {
-  if (!RUNNING_ON_VALGRIND) return false;
+/* ---- which tool -------------------------------------------------------------------------- */
+enum vg_tool { VG_NONE, VG_MEMCHECK, VG_HELGRIND, VG_DRD, VG_MASSIF, VG_DHAT, VG_OTHER };
+
+/* Valgrind puts its tool's preload library (vgpreload_<tool>-<arch>.so) in the client's
+ * LD_PRELOAD; memcheck also answers its own requests (with -1 for this one), the others 0.
+ * Reads environ directly: this runs at start-up, before anything may allocate. */
+static inline enum vg_tool vg_tool(void) {
+  extern char **environ;
+  if (!RUNNING_ON_VALGRIND) return VG_NONE;
   char probe = 0;
-  return (long)VALGRIND_MAKE_MEM_DEFINED(&probe, 1) == -1;
+  if ((long)VALGRIND_MAKE_MEM_DEFINED(&probe, 1) == -1) return VG_MEMCHECK;
+  static const struct { const char *name; enum vg_tool tool; } known[] = {
+    {"vgpreload_helgrind", VG_HELGRIND}, {"vgpreload_drd", VG_DRD},
+    {"vgpreload_massif", VG_MASSIF}, {"vgpreload_dhat", VG_DHAT}};
+  for (char **e = environ; e && *e; e++) {
+    if (strncmp(*e, "LD_PRELOAD=", 11)) continue;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+      if (strstr(*e, known[i].name)) return known[i].tool;
+  }
+  return VG_OTHER;
 }
+
+/* ---- described mode: what the tools are told --------------------------------------------- */
+/* Macros, not inline functions: a request's stack is the stack at the instruction that issues
+ * it, so the exported function (malloc, operator new, ...) must issue it from its own body for
+ * the tool's stack to start at the program's call; an inlined function would show as a frame of
+ * its own in a build with debug information (valgrind --read-inline-info). */
+hidden extern enum vg_tool check_tool;
+
+#define vg_alloced(p, size, zeroed)                                                            \
+  do {                                                                                         \
+    VALGRIND_MALLOCLIKE_BLOCK((p), (size), 0, (zeroed));                                       \
+    if (check_tool == VG_HELGRIND) {                                                           \
+      VALGRIND_HG_ENABLE_CHECKING((p), (size));                                                \
+      VALGRIND_HG_CLEAN_MEMORY((p), (size));                                                   \
+    } else if (check_tool == VG_DRD) {                                                         \
+      VALGRIND_DRD_WATCH((p), (size));                                                         \
+      VALGRIND_HG_CLEAN_MEMORY((p), (size));                                                   \
+    }                                                                                          \
+  } while (0)
+
+#define vg_freed(p, size)                                                                      \
+  do {                                                                                         \
+    VALGRIND_FREELIKE_BLOCK((p), 0);                                                           \
+    if (check_tool == VG_HELGRIND) VALGRIND_HG_DISABLE_CHECKING((p), (size));                  \
+    else if (check_tool == VG_DRD) VALGRIND_DRD_IGNORE((p), (size));                           \
+  } while (0)
+
+/* How a block was allocated; a release through the wrong family is a fault. */
+enum check_kind { KIND_MALLOC, KIND_ALIGNED, KIND_NEW, KIND_NEW_ARRAY };
+
+/* For the C++ operators (preload/cxx.c), which describe their blocks themselves. */
+hidden void *check_new_block(size_t size, size_t align, enum check_kind kind);   /* undescribed */
+/* What a release needs to know of a block (check.c fills it). */
+struct check_hdr;
+struct check_block {
+  struct check_hdr *h;
+  uint8_t *b;
+  int cls;
+  size_t size;
+  enum check_kind kind;
+};
+/* Validates p for a release through the family of release (-1: any): 1 release it (the caller
+ * describes the release with vg_freed, then calls check_give_block), 0 a bad pointer (tell the
+ * tool: vg_freed(p, 0)), -1 nothing to do (bootstrap block). */
+hidden int check_take_block(void *p, int release, struct check_block *f);
+hidden void check_give_block(struct check_block *f);
+
+/* pool.c: which tool (true under any), then under memcheck the pool comes from memcheck's own heap (see check.c). */
+hidden bool check_setup(void);
+hidden bool check_pool_heap(void);
+hidden void *check_pool_map(size_t size);
+hidden size_t check_pool_cap(void);
+hidden void *check_calloc(size_t n);
+hidden int check_posix_memalign(void **memptr, size_t align, size_t size);
+/* stats.c: bytes of freed blocks held back for memcheck (mallinfo counts them as free). */
+hidden size_t check_held_bytes(void);
 #endif

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Valgrind's tools on flatmalloc's heap, each compared with the same tool on glibc's heap (the
+# tool's own allocator) or checked for the exact report. Runs valgrind itself; every check can
+# fail and none is skipped.
+#   valgrind.sh LIB LEAKS UAF CXX THREADS HEAP CANARY
+set -uo pipefail
+lib=$1 leaks=$2 uaf=$3 cxx=$4 threads=$5 heap=$6 canary=$7
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail=0
+ok() { echo "ok $1"; }
+bad() { echo "FAIL $1"; shift; for l in "$@"; do echo "$l" | sed 's/^/    /' | head -40; done; fail=1; }
+keep=(--soname-synonyms=somalloc=nouserintercepts)   # keep flatmalloc's allocator
+fm() { LD_PRELOAD=$lib valgrind "${keep[@]}" "$@" 2>&1; }
+gl() { valgrind "$@" 2>&1; }
+summary() { sed -n '/LEAK SUMMARY/,/suppressed:/p' | sed 's/^==[0-9]*==//'; }
+
+# ---- memcheck: leak kinds, suppressions, stacks ---------------------------------------------
+want=$(gl --leak-check=full "$leaks" | summary)
+got=$(fm --leak-check=full "$leaks" | summary)
+if [ -n "$want" ] && [ "$want" = "$got" ] && grep -q "indirectly lost: [1-9]" <<<"$got"; then ok "memcheck leak kinds (tree, list, cycle) as with glibc"
+else bad "memcheck leak kinds" "glibc:" "$want" "flatmalloc:" "$got"; fi
+
+cat >"$work/supp" <<'SUPP'
+{
+   lost-in-main
+   Memcheck:Leak
+   match-leak-kinds: definite
+   fun:malloc
+   fun:main
+}
+SUPP
+want=$(gl --leak-check=full --suppressions="$work/supp" "$leaks" | summary)
+out=$(fm --leak-check=full --suppressions="$work/supp" "$leaks")
+got=$(summary <<<"$out")
+if [ "$want" = "$got" ] && grep -q "suppressed: [1-9]" <<<"$got" \
+   && grep -qE "at 0x[0-9A-F]+: malloc \(in [^)]*libflatmalloc.so\)" <<<"$out"; then ok "memcheck suppression {fun:malloc, fun:main} matches"
+else bad "memcheck suppression" "glibc:" "$want" "flatmalloc:" "$out"; fi
+
+# ---- memcheck: use after free while the block is held back ------------------------------------
+out=$(fm "$uaf")
+if grep -q "Invalid read of size 1" <<<"$out" && grep -q "10 bytes inside a block of size 64 free'd" <<<"$out" \
+   && grep -q "ERROR SUMMARY: 1 errors" <<<"$out"; then ok "memcheck use after free after 100 more mallocs"
+else bad "memcheck use after free" "$out"; fi
+out=$(fm --freelist-vol=0 "$uaf")   # glibc's memcheck reuses the block at once too: no error
+if grep -q "uaf done" <<<"$out" && grep -q "ERROR SUMMARY: 0 errors" <<<"$out"; then ok "memcheck --freelist-vol honoured"
+else bad "memcheck --freelist-vol=0" "$out"; fi
+
+# ---- memcheck: C++ new and delete served by flatmalloc ----------------------------------------
+out=$(fm --leak-check=full --errors-for-leak-kinds=definite "$cxx")
+if grep -qE "at 0x[0-9A-F]+: operator new\[\]\(unsigned long\) \(in [^)]*libflatmalloc.so\)" <<<"$out" \
+   && grep -q "100 bytes in 1 blocks are definitely lost" <<<"$out" && grep -q "cxx done" <<<"$out" \
+   && grep -q "ERROR SUMMARY: 1 errors" <<<"$out"; then ok "memcheck C++ operators are flatmalloc's"
+else bad "memcheck C++" "$out"; fi
+
+# ---- checking mode: the wrong release function --------------------------------------------------
+check_line() {   # case, then the fault's text
+  local out rc
+  out=$(FLATMALLOC_CHECK=1 LD_PRELOAD=$lib "$cxx" "$1" 2>&1); rc=$?
+  if [ $rc -eq 134 ] && grep -qxE "flatmalloc: $2: pointer 0x[0-9a-f]+ \(class [0-9]+, [0-9]+ bytes\)" <<<"$out" \
+     && [ "$(wc -l <<<"$out")" -eq 1 ]; then ok "checking mode: $1"
+  else bad "checking mode: $1 (rc $rc)" "$out"; fi
+}
+check_line 'free-of-new[]' 'free of a block allocated by new\[\]'
+check_line 'delete-of-malloc' 'delete of a block allocated by malloc'
+check_line 'delete[]-of-new' 'delete\[\] of a block allocated by new'
+check_line 'delete-of-new[]' 'delete of a block allocated by new\[\]'
+out=$(FLATMALLOC_CHECK=1 LD_PRELOAD=$lib "$cxx" 2>&1)
+if [ "$out" = "cxx done" ]; then ok "checking mode: every operator pair"; else bad "checking mode: operators" "$out"; fi
+
+# ---- C++ out of memory: nothrow gives NULL, new calls the new_handler, then throws bad_alloc ----
+for mode in 0 1; do
+  out=$(FLATMALLOC_CHECK=$mode FLATMALLOC_POOL=256M LD_PRELOAD=$lib "$cxx" out-of-memory 2>&1)
+  if [ "$out" = $'nothrow: NULL\nbad_alloc\nbad_alloc after 3 new_handler calls' ]; then ok "C++ out of memory (FLATMALLOC_CHECK=$mode)"
+  else bad "C++ out of memory (FLATMALLOC_CHECK=$mode)" "$out"; fi
+done
+
+# ---- checking mode: the canary ------------------------------------------------------------------
+out=$(FLATMALLOC_CHECK=1 LD_PRELOAD=$lib "$canary" 2>&1)
+if grep -qx "canary: 0 of 1024 missed" <<<"$out"; then ok "checking mode: p[n] = 0 caught for n = 1..1024"
+else bad "checking mode: canary" "$out"; fi
+a=$(FLATMALLOC_CHECK=1 LD_PRELOAD=$lib "$canary" show) b=$(FLATMALLOC_CHECK=1 LD_PRELOAD=$lib "$canary" show)
+if [ -n "$a" ] && [ "$a" != "$b" ]; then ok "checking mode: canary keyed per process ($a, $b)"
+else bad "checking mode: canary is the same in two processes" "$a" "$b"; fi
+
+# ---- helgrind and drd ---------------------------------------------------------------------------
+for tool in helgrind drd; do
+  out=$(fm --tool=$tool "$threads")
+  if grep -q "threads done" <<<"$out" && grep -q "ERROR SUMMARY: 0 errors" <<<"$out"; then ok "$tool: clean threaded program, 0 errors"
+  else bad "$tool clean" "$out"; fi
+  out=$(fm --tool=$tool "$threads" race)
+  if grep -q "threads done" <<<"$out" && grep -qE "Possible data race|Conflicting (load|store)" <<<"$out" \
+     && grep -qE "ERROR SUMMARY: [1-9]" <<<"$out"; then ok "$tool: planted race reported"
+  else bad "$tool race" "$out"; fi
+done
+
+# ---- massif and DHAT ----------------------------------------------------------------------------
+peak() { grep mem_heap_B= "$1" | sed 's/mem_heap_B=//' | sort -n | tail -1; }
+gl --tool=massif --massif-out-file="$work/ms.glibc" "$heap" >/dev/null
+fm --tool=massif --massif-out-file="$work/ms.fm" "$heap" >/dev/null
+pg=$(peak "$work/ms.glibc") pf=$(peak "$work/ms.fm")
+if [ -n "$pg" ] && [ -n "$pf" ] && [ "$pg" -gt 0 ] && [ $((pf * 100 / pg)) -ge 98 ] && [ $((pf * 100 / pg)) -le 102 ] \
+   && grep -q "main (heap.c" "$work/ms.fm"; then ok "massif peak $pf B (glibc $pg B)"
+else bad "massif peak" "flatmalloc $pf, glibc $pg"; fi
+want=$(gl --tool=dhat --dhat-out-file="$work/dh.glibc" "$heap" | grep -E "Total:|t-gmax:" | sed 's/^==[0-9]*==//')
+got=$(fm --tool=dhat --dhat-out-file="$work/dh.fm" "$heap" | grep -E "Total:|t-gmax:" | sed 's/^==[0-9]*==//')
+if [ -n "$want" ] && [ "$want" = "$got" ] && grep -q '"0x[0-9A-F]*: malloc (in [^)]*vgpreload_dhat' "$work/dh.fm" \
+   && ! grep -q "libflatmalloc" "$work/dh.fm"; then ok "DHAT totals and call sites as with glibc"
+else bad "DHAT" "glibc:" "$want" "flatmalloc:" "$got"; fi
+exit $fail

@@ -7,9 +7,11 @@
  *       ^ base  ^ heap_base                                     ^ top: never handed out above
  *
  * The heap is cut into chunks (2^chunk_shift bytes, 8 KiB or more). The meta area holds, per
- * chunk, a page-map word (which class owns it, how far it is from its span's first chunk) and
- * a run record; plus the size -> class table and the thread cache slots. No allocator metadata
- * lives in free memory: a stray write into a freed block can corrupt nothing but that block.
+ * chunk, a line (struct fm_line: the span and class it belongs to, where its blocks' state
+ * bytes are, and for classes of a few blocks per chunk those bytes themselves: all free()
+ * reads, in one cache line), a run record and a bit "may hold pages"; plus the size -> class
+ * table and the thread cache slots. No allocator metadata lives in free memory: a stray write
+ * into a freed block can corrupt nothing but that block.
  *
  * RUN (span.c). The heap is handed out in runs of whole chunks, to a size class (a span) or to
  * one large block. Free runs are indexed by length with TLSF bitmaps (O(1) good fit), merge
@@ -20,9 +22,12 @@
  * reservation that the others cannot take.
  *
  * SPAN (class.c). A span holds n blocks of one class from its first byte (so a block aligned to
- * its size stays aligned), followed by n state bytes, one per block:
+ * its size stays aligned) and a state byte per block. Classes with more than FM_LINE_STATES
+ * block starts per chunk keep them after the blocks, 64 to a cache line:
  *
  *     [ block 0 | block 1 | ... | block n-1 | st[0] ... st[n-1] | slack ]
+ *
+ * the others in the lines of the chunks the blocks start in.
  *
  * A state is FREE (in the span, 0: fresh memory needs no set-up), CACHED (in a thread cache)
  * or LIVE (the program's). Block q of a span is found from an address by one multiplication by
@@ -35,14 +40,16 @@
  * THREAD CACHE (tcache.c, fast paths in fast.h). Per class, an array of free blocks and of
  * their state bytes. malloc pops and marks LIVE; free checks the block's state is LIVE, marks
  * it CACHED and pushes, with plain loads and stores. A full array gives half to the class, an
- * empty one takes a batch: O(batch), under the class's lock. So a double free is caught
+ * empty one takes a batch: O(batch), under the class's lock, and a whole batch given back waits
+ * in the class's transfer cache (still CACHED) for the next refill. So a double free is caught
  * whether the block sits in any thread's cache or in its span, and a pointer that is not a
  * block start, or was never handed out, is refused before it reaches a cache.
  *
  * LARGE BLOCK (large.c). A request above the largest class is a run of its own: the block
  * starts on a chunk boundary, its size and state are in the run record, never beside it.
  *
- * Memory flows: heap run -> span -> class buckets <-> thread cache <-> program, or heap run ->
+ * Memory flows: heap run -> span -> class buckets (or transfer cache) <-> thread cache <->
+ * program, or heap run ->
  * large block -> program; and back: a span with no block out, or a freed large block, is a
  * free run again, and its pages go back to the system when the oldest free memory passes the
  * budget (FLATMALLOC_RETAIN) or on malloc_trim. */

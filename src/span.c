@@ -9,7 +9,7 @@
  *
  * Pages. A bit per chunk says it may hold pages (it was handed out and has not been given
  * back since). Free runs that may hold pages wait in a FIFO, oldest first; when the chunks
- * they hold pass the budget, max(FLATMALLOC_RETAIN, the chunks in use), each release gives
+ * they hold pass the budget, max(FLATMALLOC_RETAIN, twice the chunks in use), each release gives
  * back pages of the oldest runs: at most twice the chunks it released plus RELEASE_CHUNKS,
  * scanning at most RELEASE_WORDS words of the bitmap, so a free's work stays proportional to
  * what it freed, and what is over the budget drains over the next frees. */
@@ -159,28 +159,34 @@ static uint32_t release_run(uint32_t i, uint32_t words, uint32_t most) {
   struct fm_run *r = R(i);
   uint32_t end = i + r->len, c = i, scanned = 0, freed = 0;
   if (r->clean > c) c = r->clean;
-  while (c < end && scanned < words && freed < most) {
+  while (c < end && scanned < words) {   /* the first chunk that may hold pages */
     uint32_t w = c / 64;
     uint64_t bits = H.pages[w] & (~0ull << (c % 64));
-    if (end / 64 == w) bits &= (end % 64) ? (1ull << (end % 64)) - 1 : 0;
     scanned++;
-    if (!bits) {
-      c = (w + 1) * 64;
-      continue;
+    if (bits) {
+      c = w * 64 + (uint32_t)__builtin_ctzll(bits);
+      break;
     }
-    uint32_t a = w * 64 + (uint32_t)__builtin_ctzll(bits);
-    uint64_t run_bits = ~(bits >> (a % 64));   /* first clear bit above a */
-    uint32_t n = run_bits ? (uint32_t)__builtin_ctzll(run_bits) : 64 - a % 64;
-    if (a + n > end) n = end - a;
-    if (n > most - freed) n = most - freed;
-    os_release((void *)(fm_pool.heap_base + ((uintptr_t)a << fm_pool.chunk_shift)), (size_t)n << fm_pool.chunk_shift);
-    H.pages[w] &= ~(n == 64 ? ~0ull : ((1ull << n) - 1) << (a % 64));
-    freed += n;
-    c = a + n;
+    c = (w + 1) * 64;
+  }
+  if (c > end) c = end;
+  if (c < end && scanned <= words) {
+    /* one madvise from there over up to `most` chunks: chunks without pages in between cost
+     * the kernel little, a syscall each would cost a lot more */
+    uint32_t stop = end - c < most ? end : c + most;
+    for (uint32_t k = c; k < stop;) {
+      uint32_t w = k / 64, n = stop - k < 64 - k % 64 ? stop - k : 64 - k % 64;
+      uint64_t mask = n == 64 ? ~0ull : ((1ull << n) - 1) << (k % 64);
+      freed += (uint32_t)__builtin_popcountll(H.pages[w] & mask);
+      H.pages[w] &= ~mask;
+      k += n;
+    }
+    os_release((void *)(fm_pool.heap_base + ((uintptr_t)c << fm_pool.chunk_shift)), (size_t)(stop - c) << fm_pool.chunk_shift);
+    c = stop;
   }
   H.released += (uint64_t)freed << fm_pool.chunk_shift;
   r->clean = c;   /* below it, nothing is left to give back */
-  if (c >= end || freed >= r->dirty) {
+  if (c >= end || freed >= r->dirty) {   /* (dirty counts may overstate: a release finds out) */
     H.dirty -= r->dirty;
     r->dirty = 0;
     fifo_remove(i);
@@ -192,10 +198,12 @@ static uint32_t release_run(uint32_t i, uint32_t words, uint32_t most) {
 }
 
 static void release_over_budget(uint32_t just_freed) {
-  uint64_t budget = H.retain > H.used ? H.retain : H.used;
+  uint64_t budget = H.retain > 2 * H.used ? H.retain : 2 * H.used;
   uint32_t most = 2 * just_freed + RELEASE_CHUNKS;   /* the excess grows by up to twice what is freed */
-  for (unsigned k = 0; k < 2 && H.dirty > budget && H.oldest && most; k++)
-    most -= release_run(H.oldest - 1, RELEASE_WORDS + just_freed / 32, most);
+  for (unsigned k = 0; k < 2 && H.dirty > budget && H.oldest && most; k++) {
+    uint32_t got = release_run(H.oldest - 1, RELEASE_WORDS + just_freed / 32, most);
+    most = got < most ? most - got : 0;
+  }
 }
 
 /* ---- runs -------------------------------------------------------------------------------- */

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# bench/classes.sh [--rounds N] [--old-shares] [--name NAME] LIBFLATMALLOC -- CMD [ARGS...] : profile -> classes
+# bench/classes.sh [--rounds N] [--name NAME] LIBFLATMALLOC -- CMD [ARGS...] : profile -> classes
 # -> run for any program (bench/pg/classes.sh does the same for PostgreSQL).
 #
 #  1. CMD once under FLATMALLOC_PROFILE (every process writes FILE.PID), timed
 #  2. scripts/flatmalloc-classes: the proposal (default: one class per size, at most 64) and a
-#     second one with --class-cost 32768; with --old-shares both are run in the current core's
-#     syntax (every class a share, summing to 100)
+#     second one with --class-cost 32768, run as printed
 #  3. N rounds (5 by default), alternating default classes / proposal / proposal with the class
 #     cost / profiling: wall-clock seconds and peak RSS (GNU time's %e and %M). Prints every
 #     value and the medians.
@@ -15,19 +14,17 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/.." && pwd)
 rounds=5
 name=
-shares=
 lib=
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift ;;
-    --old-shares) shares=--old-shares ;;
     --name) name=$2; shift ;;
     --) shift; break ;;
     *) lib=$1 ;;
   esac
   shift
 done
-[ -f "$lib" ] && [ $# -gt 0 ] || { echo "usage: $0 [--rounds N] [--old-shares] LIBFLATMALLOC -- CMD [ARGS...]" >&2; exit 2; }
+[ -f "$lib" ] && [ $# -gt 0 ] || { echo "usage: $0 [--rounds N] [--name NAME] LIBFLATMALLOC -- CMD [ARGS...]" >&2; exit 2; }
 lib=$(readlink -f "$lib")
 unset LD_PRELOAD FM_BUILD_DIR
 for v in $(env | sed -n 's/^\(FLATMALLOC_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
@@ -54,9 +51,8 @@ echo "profiling run: $s s, peak RSS $m kB, $(ls "$tmp" | grep -c '^p\.') process
 [ -n "$name" ] || name=$(basename "${cmd[-1]}" | tr -c 'A-Za-z0-9\n' _)
 classes --png "$top/bench/plots/${name}_classes.png" "$tmp/p"
 classes --no-png --class-cost 32768 "$tmp/p" | tee "$tmp/cc"
-proposal=$(classes --no-png $shares "$tmp/p" | sed -n 1p)
-proposal_cc=$(classes --no-png --class-cost 32768 $shares "$tmp/p" | sed -n 1p)
-[ -z "$shares" ] || { echo "run with: $proposal"; echo "and with: $proposal_cc"; }
+proposal=$(classes --no-png "$tmp/p" | sed -n 1p)
+proposal_cc=$(sed -n 1p "$tmp/cc")
 rm -f "$tmp"/p.*
 
 echo "== $rounds rounds, alternating =="

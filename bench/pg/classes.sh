@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# bench/pg/classes.sh [--rounds N] [--old-shares] [--configs LIST] LIBFLATMALLOC : profile -> classes -> run on
+# bench/pg/classes.sh [--rounds N] [--configs LIST] LIBFLATMALLOC : profile -> classes -> run on
 # PostgreSQL's GROUP BY workload (the table and query of bench/pg/run.sh: 500 times
 # SELECT region, SUM(amount) FROM sales GROUP BY region in one psql session).
 #
 #  1. a server with FLATMALLOC_PROFILE: one warm-up and one timed session; stopping the server
 #     makes every process (postmaster, background processes, backends) write its FILE.PID
-#  2. scripts/flatmalloc-classes on those files: the proposal (printed in the new syntax, and
-#     run with --old-shares when given: the current core needs every class to have a share)
-#     and a second proposal with --class-cost 32768 (fewer classes: each costs a batch)
+#  2. scripts/flatmalloc-classes on those files: the proposal and a second proposal with
+#     --class-cost 32768 (fewer classes: each costs a batch), both run as printed
 #  3. N rounds (5 by default), alternating default classes / proposal / proposal with the class
 #     cost / profiling (FLATMALLOC_PROFILE set, to time the recording): each starts
 #     the server, runs a warm-up session and a timed one, reads the session backend's VmHWM and
@@ -23,18 +22,16 @@ top=$(cd "$here/../.." && pwd)
 . "$top/tests/pg/pg-lib.sh"
 rounds=5
 configs=default,proposal,proposal-cc,profiling
-shares=
 lib=
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift ;;
-    --old-shares) shares=--old-shares ;;
     --configs) configs=$2; shift ;;
     *) lib=$1 ;;
   esac
   shift
 done
-[ -f "$lib" ] || { echo "usage: $0 [--rounds N] [--old-shares] LIBFLATMALLOC" >&2; exit 2; }
+[ -f "$lib" ] || { echo "usage: $0 [--rounds N] [--configs LIST] LIBFLATMALLOC" >&2; exit 2; }
 unset LD_PRELOAD FM_BUILD_DIR
 for v in $(env | sed -n 's/^\(FLATMALLOC_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 py=$(command -v /usr/bin/python3 || command -v python3)
@@ -103,14 +100,6 @@ echo "== profile: $(ls "$prof" | wc -l) process files =="
 proposal=$(head -n 1 "$tmp/proposal")
 "$py" "$top/scripts/flatmalloc-classes" --no-png --class-cost 32768 "$prof/pg" | tee "$tmp/proposal-cc"
 proposal_cc=$(head -n 1 "$tmp/proposal-cc")
-if [ -n "$shares" ]; then
-  # shellcheck disable=SC2086
-  proposal=$("$py" "$top/scripts/flatmalloc-classes" --no-png $shares "$prof/pg" | sed -n 1p)
-  # shellcheck disable=SC2086
-  proposal_cc=$("$py" "$top/scripts/flatmalloc-classes" --no-png --class-cost 32768 $shares "$prof/pg" | sed -n 1p)
-  echo "run with: $proposal"
-  echo "and with: $proposal_cc"
-fi
 
 echo "== $rounds rounds, alternating =="
 echo "round config seconds vmhwm_kb rss_anon_kb"

@@ -54,17 +54,7 @@ pg_init "$dir" "$port" "shared_buffers = 128MB" "fsync = off" "synchronous_commi
   "log_min_messages = warning"
 psql_() { timeout 600 "$PGBIN/psql" -X -q -h "$dir" -p "$port" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"; }
 pg_start "$dir"
-psql_ <<'EOF'
-CREATE TABLE sales (id INT, region TEXT, product TEXT, quantity INT, amount NUMERIC(10,2));
-INSERT INTO sales
-SELECT i,
-       (ARRAY['north', 'south', 'east', 'west', 'central'])[1 + i % 5],
-       'product-' || lpad((1 + (i * 7) % 50)::text, 2, '0'),
-       1 + (i * 13) % 20,
-       ((i * 7919) % 100000) / 100.0
-FROM generate_series(1, 5000) AS i;
-VACUUM ANALYZE sales;
-EOF
+psql_ <"$here/sales.sql"
 pg_stop "$dir" fast
 {
   echo '\o /dev/null'

@@ -91,17 +91,7 @@ pgbench_() { timeout 900 "$PGBIN/pgbench" -h "$dir" -p "$port" -U postgres "$@" 
 status_kb() { awk -v f="$1:" '$1 == f { print $2 }' "$2"; }
 
 # ---------------------------------------------------------------- GROUP BY, 500 times, one session
-psql_ <<'EOF'
-CREATE TABLE sales (id INT, region TEXT, product TEXT, quantity INT, amount NUMERIC(10,2));
-INSERT INTO sales
-SELECT i,
-       (ARRAY['north', 'south', 'east', 'west', 'central'])[1 + i % 5],
-       'product-' || lpad((1 + (i * 7) % 50)::text, 2, '0'),
-       1 + (i * 13) % 20,
-       ((i * 7919) % 100000) / 100.0
-FROM generate_series(1, 5000) AS i;
-VACUUM ANALYZE sales;
-EOF
+psql_ <"$here/sales.sql"
 {
   echo '\o /dev/null'
   for _ in $(seq 500); do echo 'SELECT region, SUM(amount) FROM sales GROUP BY region;'; done

@@ -24,6 +24,12 @@ static uint32_t block_of(unsigned c, uintptr_t span_addr, const void *p) {
 static uint64_t *summary(uint32_t head) { return (uint64_t *)span_rec(head + 1); }
 static uint32_t words(const struct fm_class *k) { return (k->nblocks + 7) / 8; }
 
+/* Bytes of v that are 0 (ST_FREE), as their top bits; exact per byte (no borrow between them). */
+static uint64_t zero_bytes(uint64_t v) {
+  const uint64_t m = 0x7f7f7f7f7f7f7f7full;
+  return ~(((v & m) + m) | v | m);
+}
+
 struct fm_cf fm_cf;
 
 unsigned class_of(size_t size) { return fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN] - 1u; }
@@ -93,6 +99,9 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     k->nblocks = (uint32_t)n;
     k->span_chunks = (uint32_t)(span / chunk);
     k->nstates = inl ? 0 : (uint32_t)((span - 1) / size + 1);
+    k->xfer_max = FM_XFER_BYTES / (batch * size);   /* blocks held there keep their spans out of the pool */
+    if (k->xfer_max > FM_XFER) k->xfer_max = FM_XFER;
+    if (k->xfer_max < 1) k->xfer_max = 1;
     k->inline_st = inl;
     k->reserve = (uint64_t)heap_chunks * o->class_bp[c] / 10000;
     k->epoch = 1;
@@ -201,6 +210,8 @@ static uint32_t span_take(struct fm_class *k, uint32_t head, void **p, uint8_t *
     while (sum[s] && got < want) {
       uint32_t w = s * 64 + (uint32_t)__builtin_ctzll(sum[s]), q = w * 8, end = q + 8, left = 0;
       if (end > k->nblocks) end = k->nblocks;
+      if (!k->inline_st && !zero_bytes(__atomic_load_n((uint64_t *)(states(k, head) + q), __ATOMIC_RELAXED)))
+        q = end;   /* the 8 states after the blocks in one load: none FREE */
       for (; q < end; q++) {
         uint8_t *sq = state_of(k, head, q);
         if (__atomic_load_n(sq, __ATOMIC_RELAXED) != ST_FREE) continue;
@@ -252,7 +263,7 @@ uint32_t class_take(unsigned c, void **p, uint8_t **st, uint32_t want, bool grow
 void class_give(unsigned c, void *const *p, uint8_t *const *st, uint32_t n) {
   struct fm_class *k = &fm_pool.cls[c];
   pthread_mutex_lock(&k->lock);
-  if (n == k->batch && k->xfer_n < FM_XFER) {
+  if (n == k->batch && k->xfer_n < k->xfer_max) {
     memcpy(k->xfer_p[k->xfer_n], p, n * sizeof *p);
     memcpy(k->xfer_st[k->xfer_n], st, n * sizeof *st);
     k->xfer_n++;

@@ -91,7 +91,8 @@
 #define FM_POOL_MAX (1ull << 44)
 #define FM_NO_CLASS 0u               /* page map: the chunk is not in a span (fresh meta reads 0) */
 #define FM_CACHE_MAX (2 * FM_BATCH_MAX)
-#define FM_XFER 8u                   /* whole batches a class keeps as they came (transfer cache) */
+#define FM_XFER 32u                  /* whole batches a class keeps as they came (transfer cache), */
+#define FM_XFER_BYTES (256u << 10)   /* ... at most this many bytes of them, but at least one batch */
 
 enum { ST_FREE = 0, ST_LIVE = 1, ST_CACHED = 2 };      /* a block's state byte */
 enum { RUN_FREE = 1, RUN_SPAN = 2, RUN_LARGE = 3 };    /* struct fm_run's kind */
@@ -153,7 +154,7 @@ struct fm_class {
   uint32_t bucket_map;                /* bit b: bucket b has a span */
   uint32_t bucket[FM_BUCKETS];        /* first span (chunk index + 1) of each bucket, 0: none */
   uint32_t spare;                     /* one span with every block free, kept back (chunk + 1) */
-  uint32_t xfer_n;                    /* batches in the transfer cache */
+  uint32_t xfer_n, xfer_max;          /* batches in the transfer cache, and its room */
   void *xfer_p[FM_XFER][FM_BATCH_MAX];      /* whole batches given back, still CACHED: the next */
   uint8_t *xfer_st[FM_XFER][FM_BATCH_MAX];  /* refill takes one without touching a span */
   uint64_t out;                       /* blocks not in spans (live or cached) */

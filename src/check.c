@@ -259,15 +259,13 @@ static size_t block_bytes(uint8_t *b, int cls) {
 
 size_t check_held_bytes(void) { return atomic_load_explicit(&held.bytes, memory_order_relaxed); }
 
-static void give_back(uint8_t *b, int cls) {
-  if (pool_gone) return;
-  (void)cls;
-  block_free(b);
+static void give_back(uint8_t *b) {
+  if (!pool_gone) block_free(b);
 }
 
 /* Called with check_lock held and memcheck looking away. */
 static void hold(uint8_t *b, int cls, size_t size) {
-  if (!held.on) return give_back(b, cls);
+  if (!held.on) return give_back(b);
   uintptr_t *w = (uintptr_t *)b;
   w[0] = 0;
   w[1] = size;
@@ -283,7 +281,7 @@ static void hold(uint8_t *b, int cls, size_t size) {
     held.volume -= o[1];
     int ocls = class_at(o);
     held.bytes -= block_bytes((uint8_t *)o, ocls);
-    give_back((uint8_t *)o, ocls);
+    give_back((uint8_t *)o);
   }
 }
 

@@ -44,32 +44,34 @@ int class_at(const void *p) {
   return c == FM_NO_CLASS ? -1 : (int)c - 1;
 }
 
+/* The span (its first chunk) and the number of the block of class k that holds p, p being in a
+ * span of that class; false when p lies past the span's last block. */
+static bool locate(const void *p, const struct fm_class *k, uint32_t *head, uint32_t *q) {
+  *head = span_head(fm_pool.line[((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift].e);
+  *q = (uint32_t)(((uintptr_t)p - chunk_addr(*head)) / k->size);
+  return *q < k->nblocks;
+}
+
 /* Start of the block of class c that holds p (p in a span of c), and its state byte. */
 void *class_block(const void *p, unsigned c, uint8_t **st) {
   const struct fm_class *k = &fm_pool.cls[c];
-  uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
-  uint32_t head = span_head(fm_pool.line[off >> fm_pool.chunk_shift].e);
-  uint64_t x = (uint64_t)((uintptr_t)p - chunk_addr(head));
-  uint64_t q = x / k->size;
-  if (q >= k->nblocks) return NULL;
-  if (st) *st = state_of(k, head, (uint32_t)q);
-  return (void *)(chunk_addr(head) + q * k->size);
+  uint32_t head, q;
+  if (!locate(p, k, &head, &q)) return NULL;
+  if (st) *st = state_of(k, head, q);
+  return (void *)(chunk_addr(head) + (uintptr_t)q * k->size);
 }
 
 /* The state byte of p, which free() or realloc() was handed, when p is a LIVE block of class c;
  * otherwise stops the program naming what p is. */
 uint8_t *class_verify(const void *p, unsigned c) {
+  const struct fm_class *k = &fm_pool.cls[c];
+  uint32_t head, q;
   if ((uintptr_t)p & (FM_ALIGN - 1)) fault_stop("free of a misaligned pointer", p, (int)c);
-  uint8_t *st;
-  void *b = class_block(p, c, &st);
-  if (!b) fault_stop("free of a pointer not allocated by flatmalloc", p, (int)c);
-  if (b != p) fault_stop("free of an interior pointer", p, (int)c);
-  uint8_t s = __atomic_load_n(st, __ATOMIC_RELAXED);
+  if (!locate(p, k, &head, &q)) fault_stop("free of a pointer not allocated by flatmalloc", p, (int)c);
+  if (chunk_addr(head) + (uintptr_t)q * k->size != (uintptr_t)p) fault_stop("free of an interior pointer", p, (int)c);
+  uint8_t *st = state_of(k, head, q), s = __atomic_load_n(st, __ATOMIC_RELAXED);
   if (s == ST_LIVE) return st;
-  uint32_t head = span_head(fm_pool.line[((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift].e);
-  uint32_t q = (uint32_t)(((uintptr_t)p - chunk_addr(head)) / fm_pool.cls[c].size);
-  if (s == ST_CACHED || q < __atomic_load_n(&span_rec(head)->hw, __ATOMIC_RELAXED))
-    fault_stop("double free", p, (int)c);
+  if (s == ST_CACHED || q < __atomic_load_n(&span_rec(head)->hw, __ATOMIC_RELAXED)) fault_stop("double free", p, (int)c);
   fault_stop("free of a pointer not allocated by flatmalloc", p, (int)c);
 }
 

@@ -27,13 +27,6 @@ void fmt_hex(struct fmt *f, uint64_t v) {
   fmt_mem(f, tmp + sizeof tmp - n, n);
 }
 
-void fmt_centi(struct fmt *f, uint64_t v, unsigned width) {
-  char frac[3] = {(char)('0' + v / 10 % 10), (char)('0' + v % 10), 0};
-  fmt_u64(f, v / 100, width > 3 ? width - 3 : 0);
-  fmt_str(f, ".");
-  fmt_str(f, frac);
-}
-
 size_t fmt_end(struct fmt *f) {
   if (f->size) f->buf[f->len < f->size ? f->len : f->size - 1] = 0;
   return f->len;

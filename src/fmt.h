@@ -15,8 +15,6 @@ hidden void fmt_str(struct fmt *f, const char *s);
 hidden void fmt_mem(struct fmt *f, const char *s, size_t n);
 hidden void fmt_u64(struct fmt *f, uint64_t v, unsigned width);
 hidden void fmt_hex(struct fmt *f, uint64_t v);
-/* v / 100 with two decimals, right-aligned in width. */
-hidden void fmt_centi(struct fmt *f, uint64_t v, unsigned width);
 /* Terminates the text (when there is room) and returns its full length. */
 hidden size_t fmt_end(struct fmt *f);
 #endif

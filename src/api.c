@@ -142,8 +142,6 @@ void *flatmalloc_reallocarray(void *p, size_t count, size_t size) {
 int flatmalloc_malloc_trim(size_t pad) {
   (void)pad;
   if (!pool_ready()) return 0;
-  tcache_trim();
-  class_trim();
   return span_trim();
 }
 

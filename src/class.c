@@ -303,22 +303,6 @@ static void class_give_spans(struct fm_class *k, unsigned c, void *const *p, uin
   }
 }
 
-/* malloc_trim: the batches of the transfer caches go to their spans, the empty spans kept
- * back to the pool. */
-void class_trim(void) {
-  for (unsigned c = 0; c < fm_pool.nclass; c++) {
-    struct fm_class *k = &fm_pool.cls[c];
-    pthread_mutex_lock(&k->lock);
-    while (k->xfer_n) {
-      k->xfer_n--;
-      class_give_spans(k, c, k->xfer_p[k->xfer_n], k->xfer_st[k->xfer_n], k->batch);
-    }
-    if (k->spare) span_retire(k, k->spare - 1);
-    k->spare = 0;
-    pthread_mutex_unlock(&k->lock);
-  }
-}
-
 void class_note(unsigned c, bool borrowed) {
   struct fm_class *k = &fm_pool.cls[c];
   pthread_mutex_lock(&k->lock);

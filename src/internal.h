@@ -46,7 +46,6 @@ hidden uint8_t *class_verify(const void *p, unsigned c);   /* state byte of LIVE
 hidden uint32_t class_take(unsigned c, void **p, uint8_t **st, uint32_t want, bool grow);
 hidden void class_give(unsigned c, void *const *p, uint8_t *const *st, uint32_t n);
 hidden void class_note(unsigned c, bool borrowed);
-hidden void class_trim(void);
 hidden void class_after_fork(void);
 struct class_stats { uint64_t out, peak, spans, spans_peak, reserve, borrows, exhausted; };
 hidden void class_stats(unsigned c, struct class_stats *s);
@@ -56,7 +55,6 @@ hidden int class_check(unsigned c);
 hidden void tcache_setup(void);
 hidden void *tcache_alloc(unsigned c, bool borrow);
 hidden void tcache_free(void *p, unsigned c, uint8_t *st);
-hidden void tcache_trim(void);
 hidden uint64_t tcache_cached(unsigned c);
 hidden int tcache_check(void);
 

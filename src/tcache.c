@@ -138,14 +138,6 @@ void tcache_free(void *p, unsigned c, uint8_t *st) {
   FM_ST_OF(top) = st;
 }
 
-/* malloc_trim: the calling thread's cached blocks go back to their spans. */
-void tcache_trim(void) {
-  struct fm_tcache *tc = fm_tc;
-  if (tc == &fm_tc_empty) return;
-  for (unsigned c = 0; c < fm_pool.nclass; c++)
-    if (cached(tc, c + 1)) bin_flush(tc, c, cached(tc, c + 1));
-}
-
 /* Blocks of class c sitting in thread caches (read without the threads' help: approximate
  * while they run, exact when they are quiet). */
 uint64_t tcache_cached(unsigned c) {

@@ -22,6 +22,7 @@ static always_inline void *fm_alloc(size_t size) {
 /* ptr must be a block start (one multiplication by the class's magic tells, and gives the
  * block's number q) whose state is LIVE; the freed block itself is never read or written. */
 static always_inline void fm_free(void *ptr) {
+  __builtin_prefetch(ptr, 1);
   uintptr_t ch = ((uintptr_t)ptr - fm_pool.heap_base) >> fm_pool.chunk_shift;
   if (likely(ch < fm_pool.heap_chunks)) {   /* a misaligned pointer fails the block-start test */
     const struct fm_line *l = &fm_pool.line[ch];

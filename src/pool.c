@@ -39,7 +39,10 @@ static cold __attribute__((noreturn)) void too_small(size_t size) {
 static void pool_layout(void *mem, size_t size) {
   struct fm_pool *P = &fm_pool;
   struct fm_options *o = &P->opt;
-  unsigned shift = FM_CHUNK_SHIFT_MIN;
+  /* Meta is 128 bytes a chunk (line and run record); in a big pool a heap spread thin (blocks
+   * of tens of KiB touched at their start only) pays it in page faults and cache misses, a
+   * small pool in large blocks rounded up to whole chunks. */
+  unsigned shift = size >= FM_POOL_BIG ? FM_CHUNK_SHIFT_BIG : FM_CHUNK_SHIFT_MIN;
   while ((size >> shift) > FM_CHUNKS_MAX) shift++;
   size_t nchunks = size >> shift;
   size_t slots = size / (4u << 20);

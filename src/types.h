@@ -6,11 +6,11 @@
  *     [ meta | heap: chunk 0 | chunk 1 | ...                                  | chunk N-1 ]
  *       ^ base  ^ heap_base                                     ^ top: never handed out above
  *
- * The heap is cut into chunks (2^chunk_shift bytes, 8 KiB or more). The meta area holds, per
- * chunk, a line (struct fm_line: the span and class it belongs to, where its blocks' state
- * bytes are, and for classes of a few blocks per chunk those bytes themselves: all free()
- * reads, in one cache line), a run record and a bit "may hold pages"; plus the size -> class
- * table and the thread cache slots. No allocator metadata lives in free memory: a stray write
+ * The heap is cut into chunks (2^chunk_shift bytes: 8 KiB in pools below 4 GiB, 16 KiB from
+ * there, more above 64 GiB). The meta area holds, per chunk, a line (struct fm_line: the span
+ * and class it belongs to, where its blocks' state bytes are, and for classes of a few blocks
+ * per chunk those bytes themselves: all free() reads, in one cache line), a run record and a
+ * bit "may hold pages"; plus the size -> class table and the thread cache slots. No allocator metadata lives in free memory: a stray write
  * into a freed block can corrupt nothing but that block.
  *
  * RUN (span.c). The heap is handed out in runs of whole chunks, to a size class (a span) or to
@@ -86,6 +86,8 @@
 /* ---- do not modify ----------------------------------------------------------------------- */
 #define FM_ALIGN 16u                 /* every block starts on this boundary */
 #define FM_CHUNK_SHIFT_MIN 13u
+#define FM_CHUNK_SHIFT_BIG 14u      /* in pools of FM_POOL_BIG or more: half the meta per heap byte */
+#define FM_POOL_BIG (4ull << 30)
 #define FM_CHUNKS_MAX (1u << 22)     /* page map and run records have at most this many entries */
 #define FM_SPAN_BLOCKS 4096u         /* most blocks in one span (the summary is 512 bits) */
 #define FM_POOL_MAX (1ull << 44)

@@ -8,7 +8,11 @@
  *   spans release              10,000 blocks of 200 KB, written, all freed (no malloc_trim)
  *   spans reuse                a span freed by one class is used by another (flatmalloc only)
  *   spans reserve              a reserved class allocates after a runaway size got ENOMEM
- *   spans buffers              up to 20 buffers of 5-25 MiB, one replaced at random 2,000 times */
+ *   spans buffers              up to 20 buffers of 5-25 MiB, one replaced at random 2,000 times
+ *   spans chunk                the pool's chunk size (flatmalloc_stats_json) and what
+ *                              malloc_usable_size gives a 100,000-byte block (flatmalloc only) */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
 #include <stdint.h>
@@ -181,6 +185,20 @@ static int case_buffers(void) {
   return 0;
 }
 
+static int case_chunk(void) {
+  size_t (*json)(char *, size_t) = (size_t (*)(char *, size_t))dlsym(RTLD_DEFAULT, "flatmalloc_stats_json");
+  if (!json) fail("chunk: flatmalloc_stats_json not found (run preloaded)");
+  static char buf[1 << 16];
+  json(buf, sizeof buf);
+  const char *c = strstr(buf, "\"chunk\":");
+  if (!c) fail("chunk: no chunk in the statistics");
+  void *p = malloc(100000);
+  if (!p) fail("chunk: malloc(100000) returned NULL");
+  printf("chunk %llu\nusable_100000 %zu\n", strtoull(c + 8, NULL, 10), malloc_usable_size(p));
+  free(p);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc == 4 && !strcmp(argv[1], "fill")) return case_fill(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
@@ -189,6 +207,7 @@ int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "reuse")) return case_reuse();
   if (argc == 2 && !strcmp(argv[1], "reserve")) return case_reserve();
   if (argc == 2 && !strcmp(argv[1], "buffers")) return case_buffers();
-  fprintf(stderr, "usage: spans fill SIZE COUNT | drift | release | reuse | reserve | buffers\n");
+  if (argc == 2 && !strcmp(argv[1], "chunk")) return case_chunk();
+  fprintf(stderr, "usage: spans fill SIZE COUNT | drift | release | reuse | reserve | buffers | chunk\n");
   return 2;
 }

@@ -73,4 +73,13 @@ runaway=$(val fm runaway_bytes) reserved=$(val fm reserved_bytes)
 le $((64 << 20)) "$reserved" 4.2 || fm_fail "the reserved class got only $reserved bytes after the runaway size"
 le "$runaway" $((64 << 20)) 0.75 || fm_fail "the runaway size took $runaway bytes, into the reservation"
 fm_ok "runaway 16 B: $runaway bytes until ENOMEM; reserved 256 B: $reserved bytes after it"
+fm_check "chunks are 8 KiB in pools below 4 GiB, 16 KiB from 4 GiB; a large block is whole chunks"
+for pc in "64M 8192 106496" "2G 8192 106496" "4G 16384 114688" "16G 16384 114688"; do
+  set -- $pc
+  run fm "${FM[@]}" FLATMALLOC_POOL="$1" -- chunk
+  [ "$(val fm chunk)" = "$2" ] || fm_fail "FLATMALLOC_POOL=$1: chunk $(val fm chunk), expected $2"
+  [ "$(val fm usable_100000)" = "$3" ] || fm_fail "FLATMALLOC_POOL=$1: malloc_usable_size of 100,000 bytes is $(val fm usable_100000), expected $3"
+done
+fm_ok "64M and 2G: 8 KiB chunks, 100,000 bytes use 106,496; 4G and 16G: 16 KiB, 114,688"
+
 echo "spans: all checks passed"

@@ -46,3 +46,25 @@ size_t block_usable(const void *p) {
   if (boot_owns(p)) return boot_usable(p);
   fault_stop("malloc_usable_size of a pointer not allocated by flatmalloc", p, -1);
 }
+
+/* ---- for native code --------------------------------------------------------------------- */
+/* Under memcheck check.c runs the allocator natively inside Valgrind, where thread-local
+ * storage (thread caches, errno) is Valgrind's and stopping would stop Valgrind: these
+ * neither cache, nor set errno, nor stop. */
+void *block_alloc_direct(size_t size) {
+  if (size <= fm_pool.small_max) return tcache_alloc_direct(class_of(size), true);
+  return large_alloc(size, 0);
+}
+
+bool block_free_direct(void *p) {
+  int c = class_at(p);
+  uint8_t *st;
+  if (c >= 0) {
+    if (class_block(p, (unsigned)c, &st) != p || *st != ST_LIVE) return false;
+    tcache_free_direct(p, (unsigned)c, st);
+    return true;
+  }
+  if (!large_owns(p)) return false;
+  large_free(p);
+  return true;
+}

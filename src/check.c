@@ -57,6 +57,7 @@ enum vg_tool check_tool;
 static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool serial;                  /* described mode: core calls under check_lock */
 static uint8_t *heap_block;          /* memcheck: the heap block the pool lives in */
+static bool native;                  /* memcheck: the bookkeeping runs natively (see below) */
 static _Atomic bool pool_gone;       /* memcheck: heap_block released at exit */
 
 /* DHAT: the tool's own allocator, reached through libc's names (which the tool replaces). */
@@ -124,24 +125,41 @@ static void canary_fill(uint8_t *user, size_t size, uint8_t *end) {
 }
 
 /* ---- allocation -------------------------------------------------------------------------- */
-/* A block of size bytes aligned to align, with its header and canary; not yet described. */
-static void *block_new(size_t size, size_t align, enum check_kind kind) {
+static size_t block_lead(size_t align) { return align > FM_ALIGN ? align + FM_ALIGN : 2 * FM_ALIGN; }
+
+/* Writes the header of a block of size bytes aligned to align inside underlying block b;
+ * returns the program's pointer. */
+static uint8_t *block_head(uint8_t *b, size_t size, size_t align, enum check_kind kind) {
+  uint8_t *user = (uint8_t *)(((uintptr_t)b + 2 * FM_ALIGN + align - 1) & ~(uintptr_t)(align - 1));
+  if (align <= FM_ALIGN) user = b + 2 * FM_ALIGN;
+  struct check_hdr *h = (struct check_hdr *)(user - FM_ALIGN);
+  *h = (struct check_hdr){size, magic(h, true), (uint32_t)(((uint8_t *)h - b) / FM_ALIGN), kind};
+  return user;
+}
+
+static void *native_block(size_t size, size_t align, enum check_kind kind, bool zero);
+
+/* A block of size bytes aligned to align, with its header and canary, zeroed with zero; not
+ * yet described. */
+static void *block_new(size_t size, size_t align, enum check_kind kind, bool zero) {
   if (align < FM_ALIGN) align = FM_ALIGN;
-  size_t lead = align > FM_ALIGN ? align + FM_ALIGN : 2 * FM_ALIGN, total;
-  if (__builtin_add_overflow(size, lead + CANARY_MIN, &total)) {
+  size_t total;
+  if (__builtin_add_overflow(size, block_lead(align) + CANARY_MIN, &total)) {
     errno = ENOMEM;
     return NULL;
   }
-  if (pool_gone) return boot_alloc(size, align);
+  if (pool_gone) {
+    uint8_t *p = boot_alloc(size, align);
+    return p && zero ? memset(p, 0, size) : p;
+  }
+  if (native) return native_block(size, align, kind, zero);
   lock();
   VALGRIND_DISABLE_ERROR_REPORTING;
   uint8_t *b = block_alloc(total);
   uint8_t *user = NULL;
   if (b) {
-    user = (uint8_t *)(((uintptr_t)b + 2 * FM_ALIGN + align - 1) & ~(uintptr_t)(align - 1));
-    if (align <= FM_ALIGN) user = b + 2 * FM_ALIGN;
-    struct check_hdr *h = (struct check_hdr *)(user - FM_ALIGN);
-    *h = (struct check_hdr){size, magic(h, true), (uint32_t)(((uint8_t *)h - b) / FM_ALIGN), kind};
+    user = block_head(b, size, align, kind);
+    if (zero) memset(user, 0, size);
     /* Under memcheck a block's bytes are all no-access whenever it is handed out (the pool
      * starts so and a release leaves it so); only pages the strict-overcommit mode makes
      * accessible later need telling. */
@@ -160,7 +178,7 @@ static void *block_new(size_t size, size_t align, enum check_kind kind) {
 
 void *check_new_block(size_t size, size_t align, enum check_kind kind) {
   if (forward) return align > FM_ALIGN ? tool_heap.memalign(align, size) : tool_heap.malloc(size);
-  return block_new(size, align, kind);
+  return block_new(size, align, kind, false);
 }
 
 /* ---- validation -------------------------------------------------------------------------- */
@@ -260,7 +278,9 @@ static size_t block_bytes(uint8_t *b, int cls) {
 size_t check_held_bytes(void) { return atomic_load_explicit(&held.bytes, memory_order_relaxed); }
 
 static void give_back(uint8_t *b) {
-  if (!pool_gone) block_free(b);
+  if (pool_gone) return;
+  if (!fm_pool.native) block_free(b);
+  else (void)block_free_direct(b);   /* native code cannot report a damaged block: it stays out */
 }
 
 /* Called with check_lock held and memcheck looking away. */
@@ -286,7 +306,8 @@ static void hold(uint8_t *b, int cls, size_t size) {
 }
 
 /* Validates p for a release through the family of release (-1: any). Returns 1 with
- * check_lock held and memcheck looking away, for check_give_block (the caller describes the
+ * check_lock held and memcheck looking away (under native calls: nothing held, nothing
+ * validated yet; check_give_block does both), for check_give_block (the caller describes the
  * release between the two, so that no other thread can reuse the block first); 0 for a bad
  * pointer the tool should report; -1 when there is nothing to do (bootstrap block, DHAT). */
 int check_take_block(void *p, int release, struct check_block *f) {
@@ -294,6 +315,13 @@ int check_take_block(void *p, int release, struct check_block *f) {
   if (forward) {
     tool_heap.free(p);
     return -1;
+  }
+  f->native = native && !pool_gone;
+  if (f->native) {   /* check_give_block validates it: memcheck reports a bad pointer when told */
+    f->b = p;
+    f->size = 0;
+    f->cls = release;
+    return 1;
   }
   lock();
   VALGRIND_DISABLE_ERROR_REPORTING;
@@ -308,12 +336,115 @@ int check_take_block(void *p, int release, struct check_block *f) {
   return 0;
 }
 
+static void native_give(struct check_block *f);
+
 void check_give_block(struct check_block *f) {
+  if (f->native) return native_give(f);
   f->h->magic = magic(f->h, false);
   profile_free(f->size);
   hold(f->b, f->cls, f->size);
   VALGRIND_ENABLE_ERROR_REPORTING;
   unlock();
+}
+
+/* ---- native calls (memcheck) ------------------------------------------------------------ */
+/* Under memcheck the allocator's bookkeeping runs natively: VALGRIND_NON_SIMD_CALL runs a
+ * function on the real CPU inside Valgrind, uninstrumented, and memcheck does not see its
+ * memory accesses (no look-away windows for headers and links). Such a function gets
+ * Valgrind's thread id first and runs while no program thread runs; thread-local storage is
+ * Valgrind's there (no thread cache, no errno, no pthread call), a client request or a stop
+ * would be Valgrind's too. So a native call validates and returns a code, and the program's
+ * side (the functions named malloc, free, ...) issues the requests and reports. The classes'
+ * and the heap's locks are skipped inside (fm_lock); a call finding one held by a program
+ * thread (statistics, malloc_trim, validators) returns NATIVE_BUSY and is retried after a
+ * yield. Free blocks' pages are not given back to the system inside (no system calls). */
+#define NATIVE_BUSY 15u   /* neither a block (16-aligned) nor a release code (verdict < 15) */
+#define NATIVE_ZERO 4u
+#define NATIVE_IN_PLACE 64u
+
+static bool native_enter(void) {
+  if (!class_unlocked() || !span_unlocked()) return false;
+  fm_pool.native = true;
+  return true;
+}
+
+static uintptr_t native_leave(uintptr_t r) {
+  fm_pool.native = false;
+  return r;
+}
+
+/* Release codes: the verdict (bits 0-3), the block's kind (4-5), NATIVE_IN_PLACE, its size
+ * from bit 8. */
+static uintptr_t native_code(enum verdict v, const struct check_block *f) {
+  return v != V_OK ? v : (uintptr_t)f->kind << 4 | (uintptr_t)f->size << 8;
+}
+
+/* how: the alignment (16 or more), the kind in bits 0-1, NATIVE_ZERO. */
+static uintptr_t native_new(uintptr_t tid, uintptr_t size, uintptr_t how) {
+  (void)tid;
+  if (!native_enter()) return NATIVE_BUSY;
+  size_t align = how & ~(uintptr_t)15;
+  uint8_t *b = block_alloc_direct(size + block_lead(align) + CANARY_MIN), *user = NULL;
+  if (b) {
+    user = block_head(b, size, align, (enum check_kind)(how & 3));
+    if (how & NATIVE_ZERO) memset(user, 0, size);
+  }
+  return native_leave((uintptr_t)user);
+}
+
+/* free: validates p and holds it back. */
+static uintptr_t native_free(uintptr_t tid, uintptr_t p, uintptr_t unused) {
+  (void)tid, (void)unused;
+  if (!native_enter()) return NATIVE_BUSY;
+  struct check_block f;
+  enum verdict v = check_find((void *)p, &f);
+  if (v == V_OK) {
+    f.h->magic = magic(f.h, false);
+    hold(f.b, f.cls, f.size);
+  }
+  return native_leave(native_code(v, &f));
+}
+
+/* realloc: validates p; shrinks it in place when the new size leaves room for the canary. */
+static uintptr_t native_resize(uintptr_t tid, uintptr_t p, uintptr_t size) {
+  (void)tid;
+  if (!native_enter()) return NATIVE_BUSY;
+  struct check_block f;
+  enum verdict v = check_find((void *)p, &f);
+  uintptr_t r = native_code(v, &f);
+  if (v == V_OK && size <= f.size && size + CANARY_MIN <= (size_t)(block_end(f.b, f.cls) - (uint8_t *)p)) {
+    f.h->size = size;
+    f.h->kind = KIND_MALLOC;
+    r |= NATIVE_IN_PLACE;
+  }
+  return native_leave(r);
+}
+
+static uintptr_t native_call(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), uintptr_t a, uintptr_t b) {
+  uintptr_t r;
+  while ((r = VALGRIND_NON_SIMD_CALL2(fn, a, b)) == NATIVE_BUSY) sched_yield();
+  return r;
+}
+
+static void *native_block(size_t size, size_t align, enum check_kind kind, bool zero) {
+  void *p = (void *)native_call(native_new, size, align | kind | (zero ? NATIVE_ZERO : 0));
+  if (!p) errno = ENOMEM;
+  else profile_alloc(size);
+  return p;
+}
+
+/* The release code r of p: false for a bad pointer (memcheck reported it when told); a release
+ * through the wrong family is reported here. */
+static bool native_taken(void *p, uintptr_t r, int release, bool realloc_call) {
+  if ((r & 15) != V_OK) return false;
+  struct check_block f = {.cls = -1, .size = r >> 8, .kind = (enum check_kind)(r >> 4 & 3)};
+  if (release >= 0 && !kind_fits(f.kind, (enum check_kind)release)) mismatch(p, &f, (enum check_kind)release, realloc_call);
+  return true;
+}
+
+static void native_give(struct check_block *f) {
+  uintptr_t r = native_call(native_free, (uintptr_t)f->b, 0);
+  if (native_taken(f->b, r, f->cls, false)) profile_free(r >> 8);
 }
 
 /* ---- the API's functions, under the API's names ------------------------------------------- */
@@ -329,27 +460,22 @@ static int named_posix_memalign(void **memptr, size_t align, size_t size) NAMED(
 
 static void *named_malloc(size_t size) {
   if (forward) return tool_heap.malloc(size);
-  void *p = block_new(size, FM_ALIGN, KIND_MALLOC);
+  void *p = block_new(size, FM_ALIGN, KIND_MALLOC, false);
   if (p && !pool_gone) vg_alloced(p, size, false);
   return p;
 }
 
 static void *named_memalign(size_t size, size_t align) {
   if (forward) return tool_heap.memalign(align, size);
-  void *p = block_new(size, align, KIND_ALIGNED);
+  void *p = block_new(size, align, KIND_ALIGNED, false);
   if (p && !pool_gone) vg_alloced(p, size, false);
   return p;
 }
 
 static void *named_calloc(size_t size) {
   if (forward) return tool_heap.calloc(1, size);
-  void *p = block_new(size, FM_ALIGN, KIND_MALLOC);
-  if (!p) return NULL;
-  if (pool_gone) return memset(p, 0, size);
-  VALGRIND_DISABLE_ERROR_REPORTING;
-  memset(p, 0, size);
-  VALGRIND_ENABLE_ERROR_REPORTING;
-  vg_alloced(p, size, true);
+  void *p = block_new(size, FM_ALIGN, KIND_MALLOC, true);
+  if (p && !pool_gone) vg_alloced(p, size, true);
   return p;
 }
 
@@ -367,7 +493,7 @@ static void *named_realloc(void *p, size_t size) {
   struct check_block f;
   if (forward && !boot_owns(p)) return tool_heap.realloc(p, size);
   if (!p) {   /* realloc(NULL, n) is malloc(n), and the tool's stack says realloc */
-    void *q = block_new(size, FM_ALIGN, KIND_MALLOC);
+    void *q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
     if (q && !pool_gone) vg_alloced(q, size, false);
     return q;
   }
@@ -381,10 +507,31 @@ static void *named_realloc(void *p, size_t size) {
     return NULL;
   }
   if (boot_owns(p)) {
-    void *q = forward ? tool_heap.malloc(size) : block_new(size, FM_ALIGN, KIND_MALLOC);
+    void *q = forward ? tool_heap.malloc(size) : block_new(size, FM_ALIGN, KIND_MALLOC, false);
     if (!q) return NULL;
     memcpy(q, p, boot_usable(p) < size ? boot_usable(p) : size);
     if (!pool_gone && !forward) vg_alloced(q, size, false);
+    return q;
+  }
+  if (native && !pool_gone) {
+    uintptr_t r = native_call(native_resize, (uintptr_t)p, size);
+    if (!native_taken(p, r, KIND_MALLOC, true)) {
+      vg_freed(p, 0);   /* memcheck: "Invalid free() / delete / delete[] / realloc()" */
+      return NULL;
+    }
+    size_t old = r >> 8;
+    if (r & NATIVE_IN_PLACE) {
+      VALGRIND_RESIZEINPLACE_BLOCK(p, old, size, 0);
+      profile_free(old);
+      profile_alloc(size);
+      return p;
+    }
+    void *q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
+    if (!q) return NULL;
+    vg_alloced(q, size, false);
+    memcpy(q, p, old < size ? old : size);
+    vg_freed(p, old);
+    if (native_taken(p, native_call(native_free, (uintptr_t)p, 0), -1, false)) profile_free(old);
     return q;
   }
   if (!check_take(p, &f, KIND_MALLOC, true)) {
@@ -407,7 +554,7 @@ static void *named_realloc(void *p, size_t size) {
     VALGRIND_ENABLE_ERROR_REPORTING;
     return p;
   }
-  void *q = block_new(size, FM_ALIGN, KIND_MALLOC);
+  void *q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
   if (!q) return NULL;
   if (!pool_gone) vg_alloced(q, size, false);
   memcpy(q, p, old < size ? old : size);
@@ -419,7 +566,7 @@ static void *named_realloc(void *p, size_t size) {
 }
 
 static int named_posix_memalign(void **memptr, size_t align, size_t size) {
-  void *p = forward ? tool_heap.memalign(align, size) : block_new(size, align, KIND_ALIGNED);
+  void *p = forward ? tool_heap.memalign(align, size) : block_new(size, align, KIND_ALIGNED, false);
   if (!p) {
     errno = ENOMEM;   /* as glibc 2.36 leaves it */
     return ENOMEM;
@@ -565,6 +712,7 @@ void check_pool_start(void) {
     VALGRIND_DRD_IGNORE(&fm_pool, sizeof fm_pool);
   }
   pthread_atfork(NULL, NULL, check_after_fork);
+  native = check_tool == VG_MEMCHECK && !fm_pool.opt.check && !fm_pool.lazy_commit;
 }
 
 /* Runs after the program's and the other libraries' exit handlers: memcheck forgets the heap

@@ -240,12 +240,12 @@ static uint32_t span_take(struct fm_class *k, uint32_t head, void **p, uint8_t *
 uint32_t class_take(unsigned c, void **p, uint8_t **st, uint32_t want, bool grow) {
   struct fm_class *k = &fm_pool.cls[c];
   uint32_t got = 0;
-  pthread_mutex_lock(&k->lock);
+  fm_lock(&k->lock);
   if (want == k->batch && k->xfer_n) {
     k->xfer_n--;
     memcpy(p, k->xfer_p[k->xfer_n], want * sizeof *p);
     memcpy(st, k->xfer_st[k->xfer_n], want * sizeof *st);
-    pthread_mutex_unlock(&k->lock);
+    fm_unlock(&k->lock);
     return want;   /* they never left the class's count of blocks out */
   }
   while (got < want) {
@@ -255,7 +255,7 @@ uint32_t class_take(unsigned c, void **p, uint8_t **st, uint32_t want, bool grow
   }
   k->out += got;
   if (k->out > k->peak) k->peak = k->out;
-  pthread_mutex_unlock(&k->lock);
+  fm_unlock(&k->lock);
   return got;
 }
 
@@ -264,16 +264,16 @@ uint32_t class_take(unsigned c, void **p, uint8_t **st, uint32_t want, bool grow
  * pool. */
 void class_give(unsigned c, void *const *p, uint8_t *const *st, uint32_t n) {
   struct fm_class *k = &fm_pool.cls[c];
-  pthread_mutex_lock(&k->lock);
+  fm_lock(&k->lock);
   if (n == k->batch && k->xfer_n < k->xfer_max) {
     memcpy(k->xfer_p[k->xfer_n], p, n * sizeof *p);
     memcpy(k->xfer_st[k->xfer_n], st, n * sizeof *st);
     k->xfer_n++;
-    pthread_mutex_unlock(&k->lock);
+    fm_unlock(&k->lock);
     return;
   }
   class_give_spans(k, c, p, st, n);
-  pthread_mutex_unlock(&k->lock);
+  fm_unlock(&k->lock);
 }
 
 /* Returns n CACHED blocks to their spans (class lock held). */
@@ -305,10 +305,17 @@ static void class_give_spans(struct fm_class *k, unsigned c, void *const *p, uin
 
 void class_note(unsigned c, bool borrowed) {
   struct fm_class *k = &fm_pool.cls[c];
-  pthread_mutex_lock(&k->lock);
+  fm_lock(&k->lock);
   if (borrowed) k->borrows++;
   else k->exhausted++;
-  pthread_mutex_unlock(&k->lock);
+  fm_unlock(&k->lock);
+}
+
+/* No class's lock is held (check.c's native calls, which cannot wait for one). */
+bool class_unlocked(void) {
+  for (unsigned c = 0; c < fm_pool.nclass; c++)
+    if (!fm_lock_free(&fm_pool.cls[c].lock)) return false;
+  return true;
 }
 
 /* Fork child: a class whose lock was held at fork may be mid-change; the child abandons its
@@ -331,10 +338,10 @@ void class_after_fork(void) {
 
 void class_stats(unsigned c, struct class_stats *s) {
   struct fm_class *k = &fm_pool.cls[c];
-  pthread_mutex_lock(&k->lock);
+  fm_lock(&k->lock);
   *s = (struct class_stats){.out = k->out - (uint64_t)k->xfer_n * k->batch, .peak = k->peak, .spans = k->spans, .spans_peak = k->spans_peak,
                             .reserve = k->reserve, .borrows = k->borrows, .exhausted = k->exhausted};
-  pthread_mutex_unlock(&k->lock);
+  fm_unlock(&k->lock);
 }
 
 /* Whole-class validator (threads quiet): every span in a bucket belongs to the class and sits
@@ -342,7 +349,7 @@ void class_stats(unsigned c, struct class_stats *s) {
 int class_check(unsigned c) {
   struct fm_class *k = &fm_pool.cls[c];
   int faults = 0;
-  pthread_mutex_lock(&k->lock);
+  fm_lock(&k->lock);
   for (uint32_t b = 0; b < FM_BUCKETS; b++) {
     if (!!k->bucket[b] != !!(k->bucket_map & (1u << b))) faults++;
     uint32_t seen = 0;
@@ -363,6 +370,6 @@ int class_check(unsigned c) {
     }
     if (seen > k->spans) faults++;
   }
-  pthread_mutex_unlock(&k->lock);
+  fm_unlock(&k->lock);
   return faults;
 }

@@ -7,6 +7,18 @@
 
 static inline bool pool_ready(void) { return atomic_load_explicit(&fm_pool.state, memory_order_acquire) == 2; }
 
+/* The classes' and the heap's locks. Under memcheck check.c runs the allocator natively inside
+ * Valgrind, where pthread's functions cannot run (they read the thread pointer, which is
+ * Valgrind's) and no program thread runs meanwhile: there the locks are skipped, after
+ * check.c made sure that no program thread holds one (fm_lock_free). */
+static inline void fm_lock(pthread_mutex_t *m) {
+  if (!fm_pool.native) pthread_mutex_lock(m);
+}
+static inline void fm_unlock(pthread_mutex_t *m) {
+  if (!fm_pool.native) pthread_mutex_unlock(m);
+}
+static inline bool fm_lock_free(pthread_mutex_t *m) { return !__atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED); }
+
 /* fault.c: one line and abort() */
 hidden cold __attribute__((noreturn)) void fault_stop(const char *what, const void *p, int cls);
 
@@ -27,6 +39,7 @@ hidden void span_after_fork(void);
 struct span_stats { size_t used, used_peak, free, dirty, top, released, large_held; };
 hidden void span_stats(struct span_stats *s);
 hidden int span_check(void);
+hidden bool span_unlocked(void);
 
 /* large.c */
 hidden void *large_alloc(size_t size, size_t align);
@@ -50,11 +63,14 @@ hidden void class_after_fork(void);
 struct class_stats { uint64_t out, peak, spans, spans_peak, reserve, borrows, exhausted; };
 hidden void class_stats(unsigned c, struct class_stats *s);
 hidden int class_check(unsigned c);
+hidden bool class_unlocked(void);
 
 /* tcache.c: thread caches */
 hidden void tcache_setup(void);
 hidden void *tcache_alloc(unsigned c, bool borrow);
 hidden void tcache_free(void *p, unsigned c, uint8_t *st);
+hidden void *tcache_alloc_direct(unsigned c, bool borrow);   /* no cache, no errno */
+hidden void tcache_free_direct(void *p, unsigned c, uint8_t *st);
 hidden uint64_t tcache_cached(unsigned c);
 hidden int tcache_check(void);
 
@@ -63,6 +79,8 @@ hidden void *block_alloc(size_t size);
 hidden void *block_alloc_aligned(size_t align, size_t size);
 hidden void block_free(void *p);          /* validated: stops on a bad pointer */
 hidden size_t block_usable(const void *p);
+hidden void *block_alloc_direct(size_t size);   /* native code (check.c): no cache, no errno */
+hidden bool block_free_direct(void *p);         /* native code: false for a bad pointer, no stop */
 
 /* pool.c: start-up and the bootstrap buffer */
 hidden bool pool_init(void);          /* false: use the bootstrap buffer for now */

@@ -198,6 +198,7 @@ static uint32_t release_run(uint32_t i, uint32_t words, uint32_t most) {
 }
 
 static void release_over_budget(uint32_t just_freed) {
+  if (fm_pool.native) return;   /* no system call in native code (check.c): pages stay until malloc_trim */
   uint64_t budget = H.retain > 2 * H.used ? H.retain : 2 * H.used;
   uint32_t most = 2 * just_freed + RELEASE_CHUNKS;   /* the excess grows by up to twice what is freed */
   for (unsigned k = 0; k < 2 && H.dirty > budget && H.oldest && most; k++) {
@@ -295,16 +296,16 @@ void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t 
 }
 
 int64_t span_alloc(uint32_t len, unsigned owner, bool large) {
-  pthread_mutex_lock(&H.lock);
+  fm_lock(&H.lock);
   int64_t i = take(len, owner, large ? RUN_LARGE : RUN_SPAN);
-  pthread_mutex_unlock(&H.lock);
+  fm_unlock(&H.lock);
   return i;
 }
 
 /* Run for a large block whose address is a multiple of align (a power of two above the chunk). */
 int64_t span_alloc_aligned(uint32_t len, size_t align) {
   uint32_t align_chunks = (uint32_t)(align >> fm_pool.chunk_shift);
-  pthread_mutex_lock(&H.lock);
+  fm_lock(&H.lock);
   int64_t i = take(len + align_chunks - 1, FM_CLASS_MAX, RUN_LARGE);
   if (i >= 0) {
     uintptr_t at = fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift);
@@ -319,13 +320,13 @@ int64_t span_alloc_aligned(uint32_t len, size_t align) {
     if (front) list_insert((uint32_t)i, front, front);
     i = a;
   }
-  pthread_mutex_unlock(&H.lock);
+  fm_unlock(&H.lock);
   return i;
 }
 
 /* Releases the run at i (a span or large block) and merges it with free neighbours. */
 void span_free(uint32_t i) {
-  pthread_mutex_lock(&H.lock);
+  fm_lock(&H.lock);
   if (i < H.quarantine) goto out;   /* a parent's run: leave it alone */
   struct fm_run *r = R(i);
   uint32_t len = r->len, freed = len;
@@ -355,13 +356,13 @@ void span_free(uint32_t i) {
   R(i)->clean = clean;
   release_over_budget(freed);
 out:
-  pthread_mutex_unlock(&H.lock);
+  fm_unlock(&H.lock);
 }
 
 /* Grows (into the free run after it, or top) or shrinks the large run at i to len chunks. */
 bool span_resize(uint32_t i, uint32_t len) {
   bool ok = false;
-  pthread_mutex_lock(&H.lock);
+  fm_lock(&H.lock);
   struct fm_run *r = R(i);
   uint32_t have = r->len, end = i + have;
   if (i < H.quarantine) goto out;
@@ -396,7 +397,7 @@ bool span_resize(uint32_t i, uint32_t len) {
     hold(FM_CLASS_MAX, more);
   }
 out:
-  pthread_mutex_unlock(&H.lock);
+  fm_unlock(&H.lock);
   return ok;
 }
 
@@ -405,12 +406,14 @@ struct fm_run *span_rec(uint32_t i) { return R(i); }
 
 /* malloc_trim: every free page goes back, oldest runs first. */
 int span_trim(void) {
-  pthread_mutex_lock(&H.lock);
+  fm_lock(&H.lock);
   int any = H.dirty != 0;
   while (H.oldest) release_run(H.oldest - 1, UINT32_MAX, UINT32_MAX);
-  pthread_mutex_unlock(&H.lock);
+  fm_unlock(&H.lock);
   return any;
 }
+
+bool span_unlocked(void) { return fm_lock_free(&H.lock); }
 
 /* In a forked child the lock may have been held by a thread that no longer exists, in the
  * middle of changing the lists. Then the child cannot trust the lists: it abandons them (and
@@ -432,19 +435,19 @@ void span_after_fork(void) {
 }
 
 void span_stats(struct span_stats *s) {
-  pthread_mutex_lock(&H.lock);
+  fm_lock(&H.lock);
   size_t shift = fm_pool.chunk_shift;
   *s = (struct span_stats){.used = H.used << shift, .used_peak = H.used_peak << shift, .free = H.listed << shift,
                            .dirty = H.dirty << shift, .top = (size_t)H.top << shift, .released = H.released,
                            .large_held = H.held[FM_CLASS_MAX] << shift};
-  pthread_mutex_unlock(&H.lock);
+  fm_unlock(&H.lock);
 }
 
 /* Whole-heap validator: walks every run below top and every list; they must agree. */
 int span_check(void) {
   int faults = 0;
   uint64_t used = 0, listed = 0, dirty = 0;
-  pthread_mutex_lock(&H.lock);
+  fm_lock(&H.lock);
   bool prev_free = false;
   for (uint32_t i = H.quarantine; i < H.top;) {
     struct fm_run *r = R(i);
@@ -474,6 +477,6 @@ int span_check(void) {
     }
   if (listed != H.listed || dirty != H.dirty) faults++;
   if (H.quarantine == 0 && used != H.used) faults++;
-  pthread_mutex_unlock(&H.lock);
+  fm_unlock(&H.lock);
   return faults;
 }

@@ -93,9 +93,8 @@ static struct fm_tcache *tcache_mine(void) {
 
 /* ---- refill ------------------------------------------------------------------------------ */
 /* One block of class c, LIVE; with borrow, a class that cannot grow takes a free block of one
- * of the next FM_BORROW_STEPS larger classes. NULL with errno ENOMEM when none has one. */
-void *tcache_alloc(unsigned c, bool borrow) {
-  struct fm_tcache *tc = tcache_mine();
+ * of the next FM_BORROW_STEPS larger classes. NULL when none has one. */
+static void *take(struct fm_tcache *tc, unsigned c, bool borrow) {
   unsigned last = c + (borrow ? FM_BORROW_STEPS : 0);
   if (last >= fm_pool.nclass) last = fm_pool.nclass - 1;
   for (unsigned k = c; k <= last; k++) {
@@ -118,8 +117,23 @@ void *tcache_alloc(unsigned c, bool borrow) {
   next:
     if (k == c) class_note(c, false);
   }
-  errno = ENOMEM;
   return NULL;
+}
+
+/* take(), NULL with errno ENOMEM. */
+void *tcache_alloc(unsigned c, bool borrow) {
+  void *p = take(tcache_mine(), c, borrow);
+  if (!p) errno = ENOMEM;
+  return p;
+}
+
+/* For check.c's native calls, which must not touch thread-local storage (the cache pointer,
+ * errno): one block at a time, straight from the classes. */
+void *tcache_alloc_direct(unsigned c, bool borrow) { return take(&fm_tc_empty, c, borrow); }
+
+void tcache_free_direct(void *p, unsigned c, uint8_t *st) {
+  *st = ST_CACHED;
+  class_give(c, &p, &st, 1);
 }
 
 /* ---- flush ------------------------------------------------------------------------------- */

@@ -219,6 +219,7 @@ struct fm_pool {
   bool valgrind;             /* running under a Valgrind tool: described mode */
   bool checked;              /* checking or described mode: every call takes the slow path */
   bool lazy_commit;          /* strict overcommit: the heap becomes accessible as it is used */
+  bool native;               /* check.c's native call under memcheck is running (fm_lock) */
   _Atomic int state;         /* pool.c: none, starting, ready */
   struct fm_tcache *slots;
   uint32_t slots_max;

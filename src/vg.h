@@ -37,6 +37,7 @@
 #define VALGRIND_HG_ENABLE_CHECKING(a, s) ((void)(a), (void)(s))
 #define VALGRIND_DRD_IGNORE(a, s) ((void)(a), (void)(s))
 #define VALGRIND_DRD_WATCH(a, s) ((void)(a), (void)(s))
+#define VALGRIND_NON_SIMD_CALL2(f, a, b) ((void)(f), (void)(a), (void)(b), 0ul)
 #endif
 
 /* ---- which tool -------------------------------------------------------------------------- */
@@ -97,6 +98,7 @@ hidden void *check_new_block(size_t size, size_t align, enum check_kind kind);  
 /* What a release needs to know of a block (check.c fills it). */
 struct check_hdr;
 struct check_block {
+  bool native;   /* memcheck: check_give_block validates and releases (b is the pointer) */
   struct check_hdr *h;
   uint8_t *b;
   int cls;

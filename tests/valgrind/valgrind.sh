@@ -53,6 +53,11 @@ if grep -qE "at 0x[0-9A-F]+: operator new\[\]\(unsigned long\) \(in [^)]*libflat
    && grep -q "ERROR SUMMARY: 1 errors" <<<"$out"; then ok "memcheck C++ operators are flatmalloc's"
 else bad "memcheck C++" "$out"; fi
 
+# ---- memcheck: threads, while another thread holds the allocator's locks ---------------------
+out=$(fm "$threads" trim)
+if grep -q "threads done" <<<"$out" && grep -q "ERROR SUMMARY: 0 errors" <<<"$out"; then ok "memcheck: threads beside malloc_trim and mallinfo2"
+else bad "memcheck threads trim" "$out"; fi
+
 # ---- checking mode: the wrong release function --------------------------------------------------
 check_line() {   # case, then the fault's text
   local out rc

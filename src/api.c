@@ -56,9 +56,26 @@ void *flatmalloc_calloc(size_t count, size_t size) {
     if (!p) errno = ENOMEM;
     return p;
   }
-  void *p = fm_alloc(n);
-  if (p) memset(p, 0, n);
-  return p;
+  if (n >= fm_pool.small_lim) {   /* before start-up */
+    void *p = fm_alloc(n);
+    return p ? memset(p, 0, n) : NULL;
+  }
+  /* as fm_alloc, reading the state first: a block never handed out whose pages were never
+   * written reads as zero, and a memset would only fault its pages in */
+  unsigned c1 = fm_pool.cls_of[(n + FM_ALIGN - 1) / FM_ALIGN];
+  struct fm_tcache *tc = fm_tc;
+  void **top = tc->top[c1], *p;
+  bool zero;
+  if (likely(top != tc->base[c1])) {
+    tc->top[c1] = --top;
+    uint8_t *st = FM_ST_OF(top);
+    zero = *st == ST_ZERO;
+    *st = ST_LIVE;
+    p = *top;
+  } else if (!(p = tcache_alloc(c1 - 1, true, &zero))) {
+    return NULL;
+  }
+  return zero ? p : memset(p, 0, n);
 }
 
 /* Memory aligned to align (a power of two). */

@@ -7,7 +7,7 @@
 /* A block of at least size bytes: from its class, a larger class it borrows from when the pool
  * has no span for it, or a large block. NULL with errno ENOMEM. */
 void *block_alloc(size_t size) {
-  if (size <= fm_pool.small_max) return tcache_alloc(class_of(size), true);
+  if (size <= fm_pool.small_max) return tcache_alloc(class_of(size), true, NULL);
   void *p = large_alloc(size, 0);
   if (!p) errno = ENOMEM;
   return p;
@@ -19,7 +19,7 @@ void *block_alloc_aligned(size_t align, size_t size) {
   if (size <= fm_pool.small_max && align <= ((size_t)1 << fm_pool.chunk_shift))
     for (unsigned c = class_of(size); c < fm_pool.nclass; c++)
       if (fm_pool.cls[c].size % align == 0) {
-        void *p = tcache_alloc(c, false);
+        void *p = tcache_alloc(c, false, NULL);
         if (p) return p;
       }
   void *p = large_alloc(size, align);

@@ -71,7 +71,7 @@ uint8_t *class_verify(const void *p, unsigned c) {
   if (chunk_addr(head) + (uintptr_t)q * k->size != (uintptr_t)p) fault_stop("free of an interior pointer", p, (int)c);
   uint8_t *st = state_of(k, head, q), s = __atomic_load_n(st, __ATOMIC_RELAXED);
   if (s == ST_LIVE) return st;
-  if (s == ST_CACHED || q < __atomic_load_n(&span_rec(head)->hw, __ATOMIC_RELAXED)) fault_stop("double free", p, (int)c);
+  if (s == ST_CACHED || (s == ST_FREE && q < __atomic_load_n(&span_rec(head)->hw, __ATOMIC_RELAXED))) fault_stop("double free", p, (int)c);
   fault_stop("free of a pointer not allocated by flatmalloc", p, (int)c);
 }
 
@@ -202,6 +202,15 @@ static void span_retire(struct fm_class *k, uint32_t head) {
 static void class_give_spans(struct fm_class *k, unsigned c, void *const *p, uint8_t *const *st, uint32_t n);
 
 /* ---- batches ----------------------------------------------------------------------------- */
+/* Block q of the span at head, never handed out, lies in chunks that held no pages when the
+ * span was made (the bits change only when the run is freed): it reads as zero. */
+static bool fresh(const struct fm_class *k, uint32_t head, uint32_t q) {
+  uint64_t from = (uint64_t)q * k->size, to = from + k->size - 1;
+  for (uint32_t i = head + (uint32_t)(from >> fm_pool.chunk_shift); i <= head + (uint32_t)(to >> fm_pool.chunk_shift); i++)
+    if (span_chunk_dirty(i)) return false;
+  return true;
+}
+
 /* Takes up to `want` FREE blocks of span head into p/st, marking them CACHED. */
 static uint32_t span_take(struct fm_class *k, uint32_t head, void **p, uint8_t **st, uint32_t want) {
   struct fm_run *r = span_rec(head);
@@ -221,7 +230,7 @@ static uint32_t span_take(struct fm_class *k, uint32_t head, void **p, uint8_t *
           left = 1;
           break;
         }
-        *sq = ST_CACHED;
+        *sq = q >= r->hw && fresh(k, head, q) ? ST_ZERO : ST_CACHED;
         if (q >= r->hw) r->hw = q + 1;
         p[got] = base + (size_t)q * k->size;
         st[got++] = sq;
@@ -285,7 +294,7 @@ static void class_give_spans(struct fm_class *k, unsigned c, void *const *p, uin
     uint64_t e = fm_pool.line[ch].e;
     uint32_t head = span_head(e);
     struct fm_run *r = span_rec(head);
-    if ((e & 0xff) != c + 1 || *st[i] != ST_CACHED) fault_stop("a thread cache is damaged", p[i], (int)c);
+    if ((e & 0xff) != c + 1 || !st_cached(*st[i])) fault_stop("a thread cache is damaged", p[i], (int)c);
     if (r->epoch != k->epoch) continue;   /* a span abandoned at fork: the child leaves it */
     uint32_t q = block_of(c, (uintptr_t)(e >> 8), p[i]);
     *st[i] = ST_FREE;
@@ -360,7 +369,7 @@ int class_check(unsigned c) {
       uint32_t nfree = 0;
       for (uint32_t q = 0; q < k->nblocks; q++) {
         uint8_t s = *state_of(k, head, q);
-        if (s > ST_CACHED) faults++;
+        if (s > ST_ZERO) faults++;
         if (s == ST_FREE) {
           nfree++;
           if (!(summary(head)[q / 512] >> (q / 8 % 64) & 1)) faults++;

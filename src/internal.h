@@ -67,7 +67,7 @@ hidden bool class_unlocked(void);
 
 /* tcache.c: thread caches */
 hidden void tcache_setup(void);
-hidden void *tcache_alloc(unsigned c, bool borrow);
+hidden void *tcache_alloc(unsigned c, bool borrow, bool *zero);   /* zero: NULL or told whether it reads as zero */
 hidden void tcache_free(void *p, unsigned c, uint8_t *st);
 hidden void *tcache_alloc_direct(unsigned c, bool borrow);   /* no cache, no errno */
 hidden void tcache_free_direct(void *p, unsigned c, uint8_t *st);

@@ -93,8 +93,9 @@ static struct fm_tcache *tcache_mine(void) {
 
 /* ---- refill ------------------------------------------------------------------------------ */
 /* One block of class c, LIVE; with borrow, a class that cannot grow takes a free block of one
- * of the next FM_BORROW_STEPS larger classes. NULL when none has one. */
-static void *take(struct fm_tcache *tc, unsigned c, bool borrow) {
+ * of the next FM_BORROW_STEPS larger classes. NULL when none has one. *zero (when asked) says
+ * the block reads as zero. */
+static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
   unsigned last = c + (borrow ? FM_BORROW_STEPS : 0);
   if (last >= fm_pool.nclass) last = fm_pool.nclass - 1;
   for (unsigned k = c; k <= last; k++) {
@@ -111,6 +112,7 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow) {
     } else if (!class_take(k, &p, &st, 1, k == c)) {
       goto next;
     }
+    if (zero) *zero = *st == ST_ZERO;
     *st = ST_LIVE;
     if (k != c) class_note(k, true);
     return p;
@@ -121,15 +123,15 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow) {
 }
 
 /* take(), NULL with errno ENOMEM. */
-void *tcache_alloc(unsigned c, bool borrow) {
-  void *p = take(tcache_mine(), c, borrow);
+void *tcache_alloc(unsigned c, bool borrow, bool *zero) {
+  void *p = take(tcache_mine(), c, borrow, zero);
   if (!p) errno = ENOMEM;
   return p;
 }
 
 /* For check.c's native calls, which must not touch thread-local storage (the cache pointer,
  * errno): one block at a time, straight from the classes. */
-void *tcache_alloc_direct(unsigned c, bool borrow) { return take(&fm_tc_empty, c, borrow); }
+void *tcache_alloc_direct(unsigned c, bool borrow) { return take(&fm_tc_empty, c, borrow, NULL); }
 
 void tcache_free_direct(void *p, unsigned c, uint8_t *st) {
   *st = ST_CACHED;
@@ -178,7 +180,7 @@ int tcache_check(void) {
         uint8_t *st;
         void *p = tc->p[c1][j];
         if (class_at(p) != (int)c || class_block(p, c, &st) != p || st != tc->st[c1][j] ||
-            *st != ST_CACHED)
+            !st_cached(*st))
           faults++;
       }
     }

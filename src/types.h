@@ -29,8 +29,8 @@
  *
  * the others in the lines of the chunks the blocks start in.
  *
- * A state is FREE (in the span, 0: fresh memory needs no set-up), CACHED (in a thread cache)
- * or LIVE (the program's). Block q of a span is found from an address by one multiplication by
+ * A state is FREE (in the span, 0: fresh memory needs no set-up), CACHED (in a thread cache;
+ * ZERO when it was never handed out and its pages never written) or LIVE (the program's). Block q of a span is found from an address by one multiplication by
  * the class's magic (q = high half, and the low half < magic iff the address is a block start).
  * The class keeps its spans with free blocks in occupancy buckets and hands out blocks from the
  * fullest span first, so nearly empty spans drain and go back to the pool; a span whose blocks
@@ -96,7 +96,10 @@
 #define FM_XFER 32u                  /* whole batches a class keeps as they came (transfer cache), */
 #define FM_XFER_BYTES (256u << 10)   /* ... at most this many bytes of them, but at least one batch */
 
-enum { ST_FREE = 0, ST_LIVE = 1, ST_CACHED = 2 };      /* a block's state byte */
+/* A block's state byte. ST_ZERO is CACHED for a block never handed out whose pages were never
+ * written (fresh or given back): it reads as zero, and calloc skips the memset. */
+enum { ST_FREE = 0, ST_LIVE = 1, ST_CACHED = 2, ST_ZERO = 3 };
+static inline int st_cached(unsigned s) { return s == ST_CACHED || s == ST_ZERO; }
 enum { RUN_FREE = 1, RUN_SPAN = 2, RUN_LARGE = 3 };    /* struct fm_run's kind */
 
 _Static_assert(FM_CLASS_MAX < 255, "class ids + 1 fit in the page map's byte");

@@ -8,6 +8,7 @@
 
 #include <malloc.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #define KiB ((size_t)1 << 10)
@@ -570,6 +571,48 @@ static void test_calloc_zero(void)
     puts("ok  calloc zeroes recycled blocks, small and large");
 }
 
+/* calloc of blocks of another class laid over memory a freed class wrote (its spans went back
+ * to the pool with their pages): never handed out in their new span, yet not zero. And calloc
+ * of fresh memory must not write it (outside checking mode): 2,000 blocks of 60,000 bytes
+ * fault in about one page each, not fifteen. */
+static void test_calloc_reused_spans(void)
+{
+    enum { N = 40000, M = 2000 };
+    static unsigned char *v[N];
+    for (int i = 0; i < N; i++) {
+        v[i] = malloc(1000);
+        CHECK(v[i] != NULL, "malloc(1000) #%d failed", i);
+        memset(v[i], 0xAA, 1000);
+    }
+    for (int i = 0; i < N; i++)
+        free(v[i]);
+    for (int i = 0; i < N / 4; i++) {   /* 40 MB of 4000 B blocks over the freed 1000 B spans */
+        v[i] = calloc(1, 4000);
+        CHECK(v[i] != NULL, "calloc(1, 4000) #%d failed", i);
+        for (int k = 0; k < 4000; k++)
+            if (v[i][k])
+                FAIL("calloc(1, 4000) #%d over freed 1000 B spans: byte %d is 0x%02x", i, k, v[i][k]);
+    }
+    for (int i = 0; i < N / 4; i++)
+        free(v[i]);
+    const char *check = getenv("FLATMALLOC_CHECK");
+    if (fmt_flatmalloc && !(check && strcmp(check, "0"))) {   /* checking mode clears every block */
+        struct rusage r0, r1;
+        getrusage(RUSAGE_SELF, &r0);
+        for (int i = 0; i < M; i++) {
+            v[i] = calloc(60000, 1);
+            CHECK(v[i] != NULL, "calloc(60000, 1) #%d failed", i);
+            CHECK(v[i][0] == 0 && v[i][59999] == 0, "calloc(60000, 1) #%d not zero", i);
+        }
+        getrusage(RUSAGE_SELF, &r1);
+        long faults = r1.ru_minflt - r0.ru_minflt;
+        CHECK(faults < 4 * M, "%d fresh calloc(60000) blocks, two bytes read each, took %ld page faults (a memset takes 15 a block)", M, faults);
+        for (int i = 0; i < M; i++)
+            free(v[i]);
+    }
+    puts("ok  calloc zeroes blocks over freed spans of another class; fresh blocks are not written");
+}
+
 /* ---- free_sized, free_aligned_sized ---- */
 
 static void test_free_sized(void)
@@ -811,6 +854,7 @@ int main(int argc, char **argv)
     run("usable size", test_usable_size);
     run("free and errno", test_free_errno);
     run("calloc zeroes recycled blocks", test_calloc_zero);
+    run("calloc over freed spans, and of fresh memory", test_calloc_reused_spans);
     run("free_sized", test_free_sized);
     run("malloc_trim/malloc_stats", test_trim_stats);
     run("mallinfo", test_mallinfo);

@@ -69,8 +69,8 @@ void *flatmalloc_calloc(size_t count, size_t size) {
   if (likely(top != tc->base[c1])) {
     tc->top[c1] = --top;
     uint8_t *st = FM_ST_OF(top);
-    zero = *st == ST_ZERO;
-    *st = ST_LIVE;
+    zero = st_load(st) == ST_ZERO;
+    st_store(st, ST_LIVE);
     p = *top;
   } else if (!(p = tcache_alloc(c1 - 1, true, &zero))) {
     return NULL;

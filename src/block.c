@@ -60,7 +60,7 @@ bool block_free_direct(void *p) {
   int c = class_at(p);
   uint8_t *st;
   if (c >= 0) {
-    if (class_block(p, (unsigned)c, &st) != p || *st != ST_LIVE) return false;
+    if (class_block(p, (unsigned)c, &st) != p || st_load(st) != ST_LIVE) return false;
     tcache_free_direct(p, (unsigned)c, st);
     return true;
   }

@@ -173,7 +173,7 @@ static bool span_new(unsigned c) {
       if (q1 > k->nblocks) q1 = k->nblocks;
       memset(l->st, 0xff, sizeof l->st);
       if (q1 > q0) memset(l->st, ST_FREE, q1 - q0);
-      l->stbase = l->st - q0;
+      l->stbase = (uint8_t *)((uintptr_t)l->st - q0);   /* stbase[q] is st[q - q0] (integer math: outside st until q is added) */
     } else {
       l->stbase = states(k, head);
     }
@@ -211,7 +211,7 @@ static bool fresh(const struct fm_class *k, uint32_t head, uint32_t q) {
   return true;
 }
 
-/* Takes up to `want` FREE blocks of span head into p/st, marking them CACHED. */
+/* Takes up to `want` FREE blocks of span head into p/st, marking them CACHED (ZERO when fresh). */
 static uint32_t span_take(struct fm_class *k, uint32_t head, void **p, uint8_t **st, uint32_t want) {
   struct fm_run *r = span_rec(head);
   uint64_t *sum = summary(head);
@@ -230,7 +230,7 @@ static uint32_t span_take(struct fm_class *k, uint32_t head, void **p, uint8_t *
           left = 1;
           break;
         }
-        *sq = q >= r->hw && fresh(k, head, q) ? ST_ZERO : ST_CACHED;
+        st_store(sq, q >= r->hw && fresh(k, head, q) ? ST_ZERO : ST_CACHED);
         if (q >= r->hw) r->hw = q + 1;
         p[got] = base + (size_t)q * k->size;
         st[got++] = sq;
@@ -294,10 +294,10 @@ static void class_give_spans(struct fm_class *k, unsigned c, void *const *p, uin
     uint64_t e = fm_pool.line[ch].e;
     uint32_t head = span_head(e);
     struct fm_run *r = span_rec(head);
-    if ((e & 0xff) != c + 1 || !st_cached(*st[i])) fault_stop("a thread cache is damaged", p[i], (int)c);
+    if ((e & 0xff) != c + 1 || !st_cached(st_load(st[i]))) fault_stop("a thread cache is damaged", p[i], (int)c);
     if (r->epoch != k->epoch) continue;   /* a span abandoned at fork: the child leaves it */
     uint32_t q = block_of(c, (uintptr_t)(e >> 8), p[i]);
-    *st[i] = ST_FREE;
+    st_store(st[i], ST_FREE);
     summary(head)[q / 512] |= 1ull << (q / 8 % 64);
     if (++r->nfree == k->nblocks) {
       /* keep one empty span back, so a class that swings between 0 and 1 blocks does not take

@@ -12,7 +12,7 @@ static always_inline void *fm_alloc(size_t size) {
     void **top = tc->top[c1];
     if (likely(top != tc->base[c1])) {
       tc->top[c1] = --top;
-      *FM_ST_OF(top) = ST_LIVE;
+      st_store(FM_ST_OF(top), ST_LIVE);
       return *top;
     }
   }
@@ -35,8 +35,8 @@ static always_inline void fm_free(void *ptr) {
       uint8_t *st = l->stbase + (uint64_t)(m >> 64);
       struct fm_tcache *tc = fm_tc;
       void **top = tc->top[c1];
-      if (likely(*st == ST_LIVE && top < tc->lim[c1])) {
-        *st = ST_CACHED;
+      if (likely(*st == ST_LIVE && top < tc->lim[c1])) {   /* plain: a scan only reads it too */
+        st_store(st, ST_CACHED);
         *top = ptr;
         FM_ST_OF(top) = st;
         tc->top[c1] = top + 1;

@@ -48,12 +48,14 @@ static uint32_t idx1(uint32_t i) { return i + 1; }
 static void pages_set(uint32_t from, uint32_t len) {
   for (uint32_t i = from, end = from + len; i < end;) {
     uint32_t w = i / 64, b = i % 64, n = end - i < 64 - b ? end - i : 64 - b;
-    H.pages[w] |= (n == 64 ? ~0ull : ((1ull << n) - 1) << b);
+    __atomic_fetch_or(&H.pages[w], n == 64 ? ~0ull : ((1ull << n) - 1) << b, __ATOMIC_RELAXED);
     i += n;
   }
 }
 
-bool span_chunk_dirty(uint32_t i) { return H.pages[i / 64] >> (i % 64) & 1; }
+/* Read under a class's lock, for chunks of its own span, whose bits do not change while the
+ * span lives; the word's other bits may (the writers, under H.lock, change them atomically). */
+bool span_chunk_dirty(uint32_t i) { return __atomic_load_n(&H.pages[i / 64], __ATOMIC_RELAXED) >> (i % 64) & 1; }
 
 /* ---- reservations ------------------------------------------------------------------------ */
 static uint64_t owed(unsigned o) { return H.reserve[o] > H.held[o] ? H.reserve[o] - H.held[o] : 0; }
@@ -178,7 +180,7 @@ static uint32_t release_run(uint32_t i, uint32_t words, uint32_t most) {
       uint32_t w = k / 64, n = stop - k < 64 - k % 64 ? stop - k : 64 - k % 64;
       uint64_t mask = n == 64 ? ~0ull : ((1ull << n) - 1) << (k % 64);
       freed += (uint32_t)__builtin_popcountll(H.pages[w] & mask);
-      H.pages[w] &= ~mask;
+      __atomic_fetch_and(&H.pages[w], ~mask, __ATOMIC_RELAXED);
       k += n;
     }
     os_release((void *)(fm_pool.heap_base + ((uintptr_t)c << fm_pool.chunk_shift)), (size_t)(stop - c) << fm_pool.chunk_shift);

@@ -112,8 +112,8 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
     } else if (!class_take(k, &p, &st, 1, k == c)) {
       goto next;
     }
-    if (zero) *zero = *st == ST_ZERO;
-    *st = ST_LIVE;
+    if (zero) *zero = st_load(st) == ST_ZERO;
+    st_store(st, ST_LIVE);
     if (k != c) class_note(k, true);
     return p;
   next:
@@ -134,7 +134,7 @@ void *tcache_alloc(unsigned c, bool borrow, bool *zero) {
 void *tcache_alloc_direct(unsigned c, bool borrow) { return take(&fm_tc_empty, c, borrow, NULL); }
 
 void tcache_free_direct(void *p, unsigned c, uint8_t *st) {
-  *st = ST_CACHED;
+  st_store(st, ST_CACHED);
   class_give(c, &p, &st, 1);
 }
 
@@ -143,7 +143,7 @@ void tcache_free_direct(void *p, unsigned c, uint8_t *st) {
 void tcache_free(void *p, unsigned c, uint8_t *st) {
   struct fm_tcache *tc = tcache_mine();
   unsigned c1 = c + 1;
-  *st = ST_CACHED;
+  st_store(st, ST_CACHED);
   if (!tc->base[c1]) {   /* no slot, or checking or memcheck mode: no caching */
     class_give(c, &p, &st, 1);
     return;
@@ -180,7 +180,7 @@ int tcache_check(void) {
         uint8_t *st;
         void *p = tc->p[c1][j];
         if (class_at(p) != (int)c || class_block(p, c, &st) != p || st != tc->st[c1][j] ||
-            !st_cached(*st))
+            !st_cached(st_load(st)))
           faults++;
       }
     }

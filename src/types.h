@@ -100,6 +100,11 @@
  * written (fresh or given back): it reads as zero, and calloc skips the memset. */
 enum { ST_FREE = 0, ST_LIVE = 1, ST_CACHED = 2, ST_ZERO = 3 };
 static inline int st_cached(unsigned s) { return s == ST_CACHED || s == ST_ZERO; }
+/* A refill scans a span's state bytes under the class's lock while the blocks' owners write
+ * theirs: those accesses are relaxed atomics (plain moves on x86). free()'s read of its own
+ * block's state stays plain, so it folds into a compare: the scan only reads that byte too. */
+static inline uint8_t st_load(const uint8_t *s) { return __atomic_load_n(s, __ATOMIC_RELAXED); }
+static inline void st_store(uint8_t *s, uint8_t v) { __atomic_store_n(s, v, __ATOMIC_RELAXED); }
 enum { RUN_FREE = 1, RUN_SPAN = 2, RUN_LARGE = 3 };    /* struct fm_run's kind */
 
 _Static_assert(FM_CLASS_MAX < 255, "class ids + 1 fit in the page map's byte");

@@ -75,7 +75,7 @@ static struct fm_tcache *tcache_attach(void) {
   if (!tc) return NULL;
   for (unsigned c = 0; c < fm_pool.nclass; c++) {
     unsigned c1 = c + 1;
-    bool caching = fm_pool.heap_chunks != 0;   /* not in checking or memcheck mode */
+    bool caching = !fm_pool.valgrind;   /* not under a Valgrind tool: it sees blocks leave and come back */
     tc->base[c1] = tc->top[c1] = caching ? tc->p[c1] : NULL;
     tc->lim[c1] = caching ? tc->p[c1] + 2 * fm_pool.cls[c].batch : NULL;
   }
@@ -144,7 +144,7 @@ void tcache_free(void *p, unsigned c, uint8_t *st) {
   struct fm_tcache *tc = tcache_mine();
   unsigned c1 = c + 1;
   st_store(st, ST_CACHED);
-  if (!tc->base[c1]) {   /* no slot, or checking or memcheck mode: no caching */
+  if (!tc->base[c1]) {   /* no slot, or under Valgrind: no caching */
     class_give(c, &p, &st, 1);
     return;
   }

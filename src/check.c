@@ -305,6 +305,22 @@ static void hold(uint8_t *b, int cls, size_t size) {
   }
 }
 
+/* ---- deferred releases (memcheck, native) ----------------------------------------------- */
+/* free tells memcheck at once (FREELIKE: from then on the block is no-access to the program and
+ * memcheck reports a second free) but queues the pointer; one native call hands the queue to
+ * the quarantine (validate, mark freed, hold) every QUEUE_LEN frees, and before malloc_trim,
+ * mallinfo and an allocation that failed. A queued block is still LIVE to the allocator, so it
+ * is reused no earlier than before. Only releases that cannot be mismatched are queued: free
+ * and realloc(p, 0) while no new or new[] block is live (cxx_live), since a mismatch must be
+ * reported with the stack of the bad call, and the kind is in the header, which only native
+ * code reads cheaply. Appends take check_flag; the queue changes only under it. */
+#define QUEUE_LEN 64
+static struct {
+  uintptr_t p[QUEUE_LEN];   /* the program's pointers; native_flush puts the release codes here */
+  unsigned n;
+} queue;
+static _Atomic size_t cxx_live;   /* live blocks from new and new[] */
+
 /* Validates p for a release through the family of release (-1: any). Returns 1 with
  * check_lock held and memcheck looking away (under native calls: nothing held, nothing
  * validated yet; check_give_block does both), for check_give_block (the caller describes the
@@ -392,17 +408,35 @@ static uintptr_t native_new(uintptr_t tid, uintptr_t size, uintptr_t how) {
   return native_leave((uintptr_t)user);
 }
 
-/* free: validates p and holds it back. */
-static uintptr_t native_free(uintptr_t tid, uintptr_t p, uintptr_t unused) {
-  (void)tid, (void)unused;
-  if (!native_enter()) return NATIVE_BUSY;
+static uintptr_t native_release(uintptr_t p) {
   struct check_block f;
   enum verdict v = check_find((void *)p, &f);
   if (v == V_OK) {
     f.h->magic = magic(f.h, false);
     hold(f.b, f.cls, f.size);
   }
-  return native_leave(native_code(v, &f));
+  return native_code(v, &f);
+}
+
+/* free: validates p and holds it back. */
+static uintptr_t native_free(uintptr_t tid, uintptr_t p, uintptr_t unused) {
+  (void)tid, (void)unused;
+  if (!native_enter()) return NATIVE_BUSY;
+  return native_leave(native_release(p));
+}
+
+/* The queued releases, in the order of the frees; each entry becomes its release code. */
+static uintptr_t native_flush(uintptr_t tid, uintptr_t unused1, uintptr_t unused2) {
+  (void)tid, (void)unused1, (void)unused2;
+  if (!native_enter()) return NATIVE_BUSY;
+  for (unsigned i = 0; i < queue.n; i++) queue.p[i] = native_release(queue.p[i]);
+  return native_leave(0);
+}
+
+static bool queued(uintptr_t p) {
+  for (unsigned i = 0; i < queue.n; i++)
+    if (queue.p[i] == p) return true;
+  return false;
 }
 
 /* realloc: validates p; shrinks it in place when the new size leaves room for the canary. */
@@ -410,7 +444,7 @@ static uintptr_t native_resize(uintptr_t tid, uintptr_t p, uintptr_t size) {
   (void)tid;
   if (!native_enter()) return NATIVE_BUSY;
   struct check_block f;
-  enum verdict v = check_find((void *)p, &f);
+  enum verdict v = queued(p) ? V_FREED : check_find((void *)p, &f);
   uintptr_t r = native_code(v, &f);
   if (v == V_OK && size <= f.size && size + CANARY_MIN <= (size_t)(block_end(f.b, f.cls) - (uint8_t *)p)) {
     f.h->size = size;
@@ -426,11 +460,44 @@ static uintptr_t native_call(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), u
   return r;
 }
 
+/* Hands the queued releases to the quarantine (caller holds check_flag). */
+static void flush_locked(void) {
+  if (!queue.n) return;
+  if (pool_gone) {   /* the pool may be unmapped: the blocks are only described from here on */
+    queue.n = 0;
+    return;
+  }
+  native_call(native_flush, 0, 0);
+  for (unsigned i = 0; i < queue.n; i++)
+    if ((queue.p[i] & 15) == V_OK) profile_free(queue.p[i] >> 8);
+  queue.n = 0;
+}
+
+void check_release_queued(void) {
+  if (!__atomic_load_n(&queue.n, __ATOMIC_RELAXED)) return;
+  lock();
+  flush_locked();
+  unlock();
+}
+
 static void *native_block(size_t size, size_t align, enum check_kind kind, bool zero) {
-  void *p = (void *)native_call(native_new, size, align | kind | (zero ? NATIVE_ZERO : 0));
-  if (!p) errno = ENOMEM;
-  else profile_alloc(size);
+  uintptr_t how = align | kind | (zero ? NATIVE_ZERO : 0);
+  void *p = (void *)native_call(native_new, size, how);
+  if (!p && __atomic_load_n(&queue.n, __ATOMIC_RELAXED)) {   /* the queued blocks may make room */
+    check_release_queued();
+    p = (void *)native_call(native_new, size, how);
+  }
+  if (!p) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (kind >= KIND_NEW) cxx_live++;
+  profile_alloc(size);
   return p;
+}
+
+static void cxx_gone(uintptr_t r) {
+  if ((r & 15) == V_OK && (enum check_kind)(r >> 4 & 3) >= KIND_NEW) cxx_live--;
 }
 
 /* The release code r of p: false for a bad pointer (memcheck reported it when told); a release
@@ -443,8 +510,17 @@ static bool native_taken(void *p, uintptr_t r, int release, bool realloc_call) {
 }
 
 static void native_give(struct check_block *f) {
+  if (f->cls == KIND_MALLOC && !cxx_live && held.max) {   /* see "deferred releases" */
+    lock();
+    queue.p[queue.n] = (uintptr_t)f->b;
+    __atomic_store_n(&queue.n, queue.n + 1, __ATOMIC_RELEASE);
+    if (queue.n == QUEUE_LEN) flush_locked();
+    unlock();
+    return;
+  }
   uintptr_t r = native_call(native_free, (uintptr_t)f->b, 0);
   if (native_taken(f->b, r, f->cls, false)) profile_free(r >> 8);
+  cxx_gone(r);
 }
 
 /* ---- the API's functions, under the API's names ------------------------------------------- */
@@ -522,6 +598,7 @@ static void *named_realloc(void *p, size_t size) {
     size_t old = r >> 8;
     if (r & NATIVE_IN_PLACE) {
       VALGRIND_RESIZEINPLACE_BLOCK(p, old, size, 0);
+      cxx_gone(r);   /* it is a malloc block now */
       profile_free(old);
       profile_alloc(size);
       return p;
@@ -531,7 +608,9 @@ static void *named_realloc(void *p, size_t size) {
     vg_alloced(q, size, false);
     memcpy(q, p, old < size ? old : size);
     vg_freed(p, old);
-    if (native_taken(p, native_call(native_free, (uintptr_t)p, 0), -1, false)) profile_free(old);
+    r = native_call(native_free, (uintptr_t)p, 0);
+    if (native_taken(p, r, -1, false)) profile_free(old);
+    cxx_gone(r);
     return q;
   }
   if (!check_take(p, &f, KIND_MALLOC, true)) {

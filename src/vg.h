@@ -118,6 +118,8 @@ hidden void *check_pool_map(size_t size);
 hidden size_t check_pool_cap(void);
 hidden void *check_calloc(size_t n);
 hidden int check_posix_memalign(void **memptr, size_t align, size_t size);
+/* stats.c, malloc_trim: hands the releases queued under memcheck to the allocator. */
+hidden void check_release_queued(void);
 /* stats.c: bytes of freed blocks held back for memcheck (mallinfo counts them as free). */
 hidden size_t check_held_bytes(void);
 #endif

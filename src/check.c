@@ -320,6 +320,10 @@ static struct {
   unsigned n;
 } queue;
 static _Atomic size_t cxx_live;   /* live blocks from new and new[] */
+/* The shortest ways through malloc and free under memcheck (native calls, pool present; free:
+ * --freelist-vol above 0): every load and call costs there. */
+static bool lean_malloc, lean_free;
+#define LEAN_MAX ((size_t)1 << 62)   /* no overflow adding the header and canary */
 
 /* Validates p for a release through the family of release (-1: any). Returns 1 with
  * check_lock held and memcheck looking away (under native calls: nothing held, nothing
@@ -480,6 +484,16 @@ void check_release_queued(void) {
   unlock();
 }
 
+/* Only under memcheck, whose lock() is check_flag: taken here directly. */
+static void queue_push(void *p) {
+  while (atomic_flag_test_and_set_explicit(&check_flag, memory_order_acquire)) sched_yield();
+  unsigned n = queue.n;
+  queue.p[n] = (uintptr_t)p;
+  __atomic_store_n(&queue.n, n + 1, __ATOMIC_RELEASE);
+  if (n + 1 == QUEUE_LEN) flush_locked();
+  atomic_flag_clear_explicit(&check_flag, memory_order_release);
+}
+
 static void *native_block(size_t size, size_t align, enum check_kind kind, bool zero) {
   uintptr_t how = align | kind | (zero ? NATIVE_ZERO : 0);
   void *p = (void *)native_call(native_new, size, how);
@@ -510,14 +524,7 @@ static bool native_taken(void *p, uintptr_t r, int release, bool realloc_call) {
 }
 
 static void native_give(struct check_block *f) {
-  if (f->cls == KIND_MALLOC && !cxx_live && held.max) {   /* see "deferred releases" */
-    lock();
-    queue.p[queue.n] = (uintptr_t)f->b;
-    __atomic_store_n(&queue.n, queue.n + 1, __ATOMIC_RELEASE);
-    if (queue.n == QUEUE_LEN) flush_locked();
-    unlock();
-    return;
-  }
+  if (f->cls == KIND_MALLOC && !cxx_live && held.max) return queue_push(f->b);   /* see "deferred releases" */
   uintptr_t r = native_call(native_free, (uintptr_t)f->b, 0);
   if (native_taken(f->b, r, f->cls, false)) profile_free(r >> 8);
   cxx_gone(r);
@@ -535,6 +542,12 @@ static void *named_realloc(void *p, size_t size) NAMED("realloc");
 static int named_posix_memalign(void **memptr, size_t align, size_t size) NAMED("posix_memalign");
 
 static void *named_malloc(size_t size) {
+  if (likely(lean_malloc && size < LEAN_MAX)) {   /* memcheck, native, no profile */
+    void *p = (void *)native_call(native_new, size, FM_ALIGN | KIND_MALLOC);
+    if (unlikely(!p)) p = native_block(size, FM_ALIGN, KIND_MALLOC, false);   /* flush, retry, errno */
+    if (p) VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, 0);
+    return p;
+  }
   if (forward) return tool_heap.malloc(size);
   void *p = block_new(size, FM_ALIGN, KIND_MALLOC, false);
   if (p && !pool_gone) vg_alloced(p, size, false);
@@ -557,6 +570,10 @@ static void *named_calloc(size_t size) {
 
 static void named_free(void *p) {
   struct check_block f;
+  if (likely(lean_free && !cxx_live) && !boot_owns(p)) {   /* memcheck, native: queued */
+    VALGRIND_FREELIKE_BLOCK(p, 0);
+    return queue_push(p);
+  }
   if (forward && !boot_owns(p)) return tool_heap.free(p);
   int r = check_take_block(p, KIND_MALLOC, &f);
   if (r == 0) vg_freed(p, 0);   /* memcheck reports "Invalid free()" */
@@ -792,6 +809,8 @@ void check_pool_start(void) {
   }
   pthread_atfork(NULL, NULL, check_after_fork);
   native = check_tool == VG_MEMCHECK && !fm_pool.opt.check && !fm_pool.lazy_commit;
+  lean_malloc = native && !fm_pool.opt.profile;
+  lean_free = native && held.max;
 }
 
 /* Runs after the program's and the other libraries' exit handlers: memcheck forgets the heap
@@ -800,6 +819,7 @@ void check_pool_start(void) {
  * bootstrap buffer and freed blocks are only described, never reused. */
 __attribute__((destructor)) static void check_pool_end(void) {
   if (!heap_block) return;
+  lean_malloc = lean_free = false;
   pool_gone = true;
   VALGRIND_DISABLE_ERROR_REPORTING;   /* a malloc'ed block freed as a custom one */
   VALGRIND_FREELIKE_BLOCK(heap_block, 0);

@@ -562,6 +562,12 @@ static void *named_memalign(size_t size, size_t align) {
 }
 
 static void *named_calloc(size_t size) {
+  if (likely(lean_malloc && size < LEAN_MAX)) {   /* as named_malloc's */
+    void *p = (void *)native_call(native_new, size, FM_ALIGN | KIND_MALLOC | NATIVE_ZERO);
+    if (unlikely(!p)) p = native_block(size, FM_ALIGN, KIND_MALLOC, true);
+    if (p) VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, 1);
+    return p;
+  }
   if (forward) return tool_heap.calloc(1, size);
   void *p = block_new(size, FM_ALIGN, KIND_MALLOC, true);
   if (p && !pool_gone) vg_alloced(p, size, true);

@@ -327,9 +327,10 @@ static bool lean_malloc, lean_free;
 
 /* Validates p for a release through the family of release (-1: any). Returns 1 with
  * check_lock held and memcheck looking away (under native calls: nothing held, nothing
- * validated yet; check_give_block does both), for check_give_block (the caller describes the
- * release between the two, so that no other thread can reuse the block first); 0 for a bad
- * pointer the tool should report; -1 when there is nothing to do (bootstrap block, DHAT). */
+ * validated yet; check_give_block does both, or queues p), for check_give_block (the caller
+ * describes the release between the two, so that no other thread can reuse the block first);
+ * 0 for a bad pointer the tool should report; -1 when there is nothing to do (bootstrap
+ * block, DHAT). */
 int check_take_block(void *p, int release, struct check_block *f) {
   if (boot_owns(p)) return -1;
   if (forward) {

@@ -98,7 +98,7 @@ hidden void *check_new_block(size_t size, size_t align, enum check_kind kind);  
 /* What a release needs to know of a block (check.c fills it). */
 struct check_hdr;
 struct check_block {
-  bool native;   /* memcheck: check_give_block validates and releases (b is the pointer) */
+  bool native;   /* memcheck: check_give_block validates and releases, or queues (b is the pointer) */
   struct check_hdr *h;
   uint8_t *b;
   int cls;

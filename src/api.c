@@ -159,6 +159,7 @@ void *flatmalloc_reallocarray(void *p, size_t count, size_t size) {
 int flatmalloc_malloc_trim(size_t pad) {
   (void)pad;
   if (!pool_ready()) return 0;
+  check_release_queued();   /* memcheck: frees still queued (check.c) */
   return span_trim();
 }
 

@@ -305,11 +305,32 @@ static void hold(uint8_t *b, int cls, size_t size) {
   }
 }
 
+/* ---- deferred releases (memcheck, native) ----------------------------------------------- */
+/* free tells memcheck at once (FREELIKE: from then on the block is no-access to the program and
+ * memcheck reports a second free) but queues the pointer; one native call hands the queue to
+ * the quarantine (validate, mark freed, hold) every QUEUE_LEN frees, and before malloc_trim,
+ * mallinfo and an allocation that failed. A queued block is still LIVE to the allocator, so it
+ * is reused no earlier than before. Only releases that cannot be mismatched are queued: free
+ * and realloc(p, 0) while no new or new[] block is live (cxx_live), since a mismatch must be
+ * reported with the stack of the bad call, and the kind is in the header, which only native
+ * code reads cheaply. Appends take check_flag; the queue changes only under it. */
+#define QUEUE_LEN 64
+static struct {
+  uintptr_t p[QUEUE_LEN];   /* the program's pointers; native_flush puts the release codes here */
+  unsigned n;
+} queue;
+static _Atomic size_t cxx_live;   /* live blocks from new and new[] */
+/* The shortest ways through malloc and free under memcheck (native calls, pool present; free:
+ * --freelist-vol above 0): every load and call costs there. */
+static bool lean_malloc, lean_free;
+#define LEAN_MAX ((size_t)1 << 62)   /* no overflow adding the header and canary */
+
 /* Validates p for a release through the family of release (-1: any). Returns 1 with
  * check_lock held and memcheck looking away (under native calls: nothing held, nothing
- * validated yet; check_give_block does both), for check_give_block (the caller describes the
- * release between the two, so that no other thread can reuse the block first); 0 for a bad
- * pointer the tool should report; -1 when there is nothing to do (bootstrap block, DHAT). */
+ * validated yet; check_give_block does both, or queues p), for check_give_block (the caller
+ * describes the release between the two, so that no other thread can reuse the block first);
+ * 0 for a bad pointer the tool should report; -1 when there is nothing to do (bootstrap
+ * block, DHAT). */
 int check_take_block(void *p, int release, struct check_block *f) {
   if (boot_owns(p)) return -1;
   if (forward) {
@@ -392,17 +413,35 @@ static uintptr_t native_new(uintptr_t tid, uintptr_t size, uintptr_t how) {
   return native_leave((uintptr_t)user);
 }
 
-/* free: validates p and holds it back. */
-static uintptr_t native_free(uintptr_t tid, uintptr_t p, uintptr_t unused) {
-  (void)tid, (void)unused;
-  if (!native_enter()) return NATIVE_BUSY;
+static uintptr_t native_release(uintptr_t p) {
   struct check_block f;
   enum verdict v = check_find((void *)p, &f);
   if (v == V_OK) {
     f.h->magic = magic(f.h, false);
     hold(f.b, f.cls, f.size);
   }
-  return native_leave(native_code(v, &f));
+  return native_code(v, &f);
+}
+
+/* free: validates p and holds it back. */
+static uintptr_t native_free(uintptr_t tid, uintptr_t p, uintptr_t unused) {
+  (void)tid, (void)unused;
+  if (!native_enter()) return NATIVE_BUSY;
+  return native_leave(native_release(p));
+}
+
+/* The queued releases, in the order of the frees; each entry becomes its release code. */
+static uintptr_t native_flush(uintptr_t tid, uintptr_t unused1, uintptr_t unused2) {
+  (void)tid, (void)unused1, (void)unused2;
+  if (!native_enter()) return NATIVE_BUSY;
+  for (unsigned i = 0; i < queue.n; i++) queue.p[i] = native_release(queue.p[i]);
+  return native_leave(0);
+}
+
+static bool queued(uintptr_t p) {
+  for (unsigned i = 0; i < queue.n; i++)
+    if (queue.p[i] == p) return true;
+  return false;
 }
 
 /* realloc: validates p; shrinks it in place when the new size leaves room for the canary. */
@@ -410,7 +449,7 @@ static uintptr_t native_resize(uintptr_t tid, uintptr_t p, uintptr_t size) {
   (void)tid;
   if (!native_enter()) return NATIVE_BUSY;
   struct check_block f;
-  enum verdict v = check_find((void *)p, &f);
+  enum verdict v = queued(p) ? V_FREED : check_find((void *)p, &f);
   uintptr_t r = native_code(v, &f);
   if (v == V_OK && size <= f.size && size + CANARY_MIN <= (size_t)(block_end(f.b, f.cls) - (uint8_t *)p)) {
     f.h->size = size;
@@ -426,11 +465,54 @@ static uintptr_t native_call(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), u
   return r;
 }
 
+/* Hands the queued releases to the quarantine (caller holds check_flag). */
+static void flush_locked(void) {
+  if (!queue.n) return;
+  if (pool_gone) {   /* the pool may be unmapped: the blocks are only described from here on */
+    queue.n = 0;
+    return;
+  }
+  native_call(native_flush, 0, 0);
+  for (unsigned i = 0; i < queue.n; i++)
+    if ((queue.p[i] & 15) == V_OK) profile_free(queue.p[i] >> 8);
+  queue.n = 0;
+}
+
+void check_release_queued(void) {
+  if (!__atomic_load_n(&queue.n, __ATOMIC_RELAXED)) return;
+  lock();
+  flush_locked();
+  unlock();
+}
+
+/* Only under memcheck, whose lock() is check_flag: taken here directly. */
+static void queue_push(void *p) {
+  while (atomic_flag_test_and_set_explicit(&check_flag, memory_order_acquire)) sched_yield();
+  unsigned n = queue.n;
+  queue.p[n] = (uintptr_t)p;
+  __atomic_store_n(&queue.n, n + 1, __ATOMIC_RELEASE);
+  if (n + 1 == QUEUE_LEN) flush_locked();
+  atomic_flag_clear_explicit(&check_flag, memory_order_release);
+}
+
 static void *native_block(size_t size, size_t align, enum check_kind kind, bool zero) {
-  void *p = (void *)native_call(native_new, size, align | kind | (zero ? NATIVE_ZERO : 0));
-  if (!p) errno = ENOMEM;
-  else profile_alloc(size);
+  uintptr_t how = align | kind | (zero ? NATIVE_ZERO : 0);
+  void *p = (void *)native_call(native_new, size, how);
+  if (!p && __atomic_load_n(&queue.n, __ATOMIC_RELAXED)) {   /* the queued blocks may make room */
+    check_release_queued();
+    p = (void *)native_call(native_new, size, how);
+  }
+  if (!p) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (kind >= KIND_NEW) cxx_live++;
+  profile_alloc(size);
   return p;
+}
+
+static void cxx_gone(uintptr_t r) {
+  if ((r & 15) == V_OK && (enum check_kind)(r >> 4 & 3) >= KIND_NEW) cxx_live--;
 }
 
 /* The release code r of p: false for a bad pointer (memcheck reported it when told); a release
@@ -443,8 +525,10 @@ static bool native_taken(void *p, uintptr_t r, int release, bool realloc_call) {
 }
 
 static void native_give(struct check_block *f) {
+  if (f->cls == KIND_MALLOC && !cxx_live && held.max) return queue_push(f->b);   /* see "deferred releases" */
   uintptr_t r = native_call(native_free, (uintptr_t)f->b, 0);
   if (native_taken(f->b, r, f->cls, false)) profile_free(r >> 8);
+  cxx_gone(r);
 }
 
 /* ---- the API's functions, under the API's names ------------------------------------------- */
@@ -459,6 +543,12 @@ static void *named_realloc(void *p, size_t size) NAMED("realloc");
 static int named_posix_memalign(void **memptr, size_t align, size_t size) NAMED("posix_memalign");
 
 static void *named_malloc(size_t size) {
+  if (likely(lean_malloc && size < LEAN_MAX)) {   /* memcheck, native, no profile */
+    void *p = (void *)native_call(native_new, size, FM_ALIGN | KIND_MALLOC);
+    if (unlikely(!p)) p = native_block(size, FM_ALIGN, KIND_MALLOC, false);   /* flush, retry, errno */
+    if (p) VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, 0);
+    return p;
+  }
   if (forward) return tool_heap.malloc(size);
   void *p = block_new(size, FM_ALIGN, KIND_MALLOC, false);
   if (p && !pool_gone) vg_alloced(p, size, false);
@@ -473,6 +563,12 @@ static void *named_memalign(size_t size, size_t align) {
 }
 
 static void *named_calloc(size_t size) {
+  if (likely(lean_malloc && size < LEAN_MAX)) {   /* as named_malloc's */
+    void *p = (void *)native_call(native_new, size, FM_ALIGN | KIND_MALLOC | NATIVE_ZERO);
+    if (unlikely(!p)) p = native_block(size, FM_ALIGN, KIND_MALLOC, true);
+    if (p) VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, 1);
+    return p;
+  }
   if (forward) return tool_heap.calloc(1, size);
   void *p = block_new(size, FM_ALIGN, KIND_MALLOC, true);
   if (p && !pool_gone) vg_alloced(p, size, true);
@@ -481,6 +577,10 @@ static void *named_calloc(size_t size) {
 
 static void named_free(void *p) {
   struct check_block f;
+  if (likely(lean_free && !cxx_live) && !boot_owns(p)) {   /* memcheck, native: queued */
+    VALGRIND_FREELIKE_BLOCK(p, 0);
+    return queue_push(p);
+  }
   if (forward && !boot_owns(p)) return tool_heap.free(p);
   int r = check_take_block(p, KIND_MALLOC, &f);
   if (r == 0) vg_freed(p, 0);   /* memcheck reports "Invalid free()" */
@@ -522,6 +622,7 @@ static void *named_realloc(void *p, size_t size) {
     size_t old = r >> 8;
     if (r & NATIVE_IN_PLACE) {
       VALGRIND_RESIZEINPLACE_BLOCK(p, old, size, 0);
+      cxx_gone(r);   /* it is a malloc block now */
       profile_free(old);
       profile_alloc(size);
       return p;
@@ -531,7 +632,9 @@ static void *named_realloc(void *p, size_t size) {
     vg_alloced(q, size, false);
     memcpy(q, p, old < size ? old : size);
     vg_freed(p, old);
-    if (native_taken(p, native_call(native_free, (uintptr_t)p, 0), -1, false)) profile_free(old);
+    r = native_call(native_free, (uintptr_t)p, 0);
+    if (native_taken(p, r, -1, false)) profile_free(old);
+    cxx_gone(r);
     return q;
   }
   if (!check_take(p, &f, KIND_MALLOC, true)) {
@@ -713,6 +816,8 @@ void check_pool_start(void) {
   }
   pthread_atfork(NULL, NULL, check_after_fork);
   native = check_tool == VG_MEMCHECK && !fm_pool.opt.check && !fm_pool.lazy_commit;
+  lean_malloc = native && !fm_pool.opt.profile;
+  lean_free = native && held.max;
 }
 
 /* Runs after the program's and the other libraries' exit handlers: memcheck forgets the heap
@@ -721,6 +826,7 @@ void check_pool_start(void) {
  * bootstrap buffer and freed blocks are only described, never reused. */
 __attribute__((destructor)) static void check_pool_end(void) {
   if (!heap_block) return;
+  lean_malloc = lean_free = false;
   pool_gone = true;
   VALGRIND_DISABLE_ERROR_REPORTING;   /* a malloc'ed block freed as a custom one */
   VALGRIND_FREELIKE_BLOCK(heap_block, 0);

@@ -98,7 +98,7 @@ hidden void *check_new_block(size_t size, size_t align, enum check_kind kind);  
 /* What a release needs to know of a block (check.c fills it). */
 struct check_hdr;
 struct check_block {
-  bool native;   /* memcheck: check_give_block validates and releases (b is the pointer) */
+  bool native;   /* memcheck: check_give_block validates and releases, or queues (b is the pointer) */
   struct check_hdr *h;
   uint8_t *b;
   int cls;
@@ -118,6 +118,8 @@ hidden void *check_pool_map(size_t size);
 hidden size_t check_pool_cap(void);
 hidden void *check_calloc(size_t n);
 hidden int check_posix_memalign(void **memptr, size_t align, size_t size);
+/* stats.c, malloc_trim: hands the releases queued under memcheck to the allocator. */
+hidden void check_release_queued(void);
 /* stats.c: bytes of freed blocks held back for memcheck (mallinfo counts them as free). */
 hidden size_t check_held_bytes(void);
 #endif

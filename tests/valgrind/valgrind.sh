@@ -46,12 +46,33 @@ out=$(fm --freelist-vol=0 "$uaf")   # glibc's memcheck reuses the block at once 
 if grep -q "uaf done" <<<"$out" && grep -q "ERROR SUMMARY: 0 errors" <<<"$out"; then ok "memcheck --freelist-vol honoured"
 else bad "memcheck --freelist-vol=0" "$out"; fi
 
+# frees are queued under memcheck (check.c, "deferred releases"); memcheck still sees each mistake
+uaf_case() {   # case, the error's first line, the line of uaf.c it must point at
+  local out
+  out=$(fm "$uaf" "$1")
+  if grep -qF "$2" <<<"$out" && grep -A2 -F "$2" <<<"$out" | grep -q "main (uaf.c:$3)" \
+     && grep -q "uaf done" <<<"$out" && grep -q "ERROR SUMMARY: 1 errors" <<<"$out"; then ok "memcheck $1"
+  else bad "memcheck $1" "$out"; fi
+}
+uaf_case after-flush "Invalid read of size 1" 28
+uaf_case double-free "Invalid free()" 34
+uaf_case double-free-later "Invalid free()" 34
+uaf_case realloc-after-free "Invalid free()" 39
+
 # ---- memcheck: C++ new and delete served by flatmalloc ----------------------------------------
 out=$(fm --leak-check=full --errors-for-leak-kinds=definite "$cxx")
 if grep -qE "at 0x[0-9A-F]+: operator new\[\]\(unsigned long\) \(in [^)]*libflatmalloc.so\)" <<<"$out" \
    && grep -q "100 bytes in 1 blocks are definitely lost" <<<"$out" && grep -q "cxx done" <<<"$out" \
    && grep -q "ERROR SUMMARY: 1 errors" <<<"$out"; then ok "memcheck C++ operators are flatmalloc's"
 else bad "memcheck C++" "$out"; fi
+
+for c in 'free-of-new[]:free:36' 'delete-of-malloc:operator delete\(void\*:37'; do   # case:releasing frame:line
+  IFS=: read -r name frame line <<<"$c"
+  out=$(fm "$cxx" "$name")
+  if grep -A5 "Mismatched free() / delete / delete \[\]: ${name%%-of-*} of a block" <<<"$out" \
+     | grep -A1 -E "by 0x[0-9A-F]+: $frame.* \(in [^)]*libflatmalloc.so\)" | grep -q "main (cxx.cc:$line)"; then ok "memcheck mismatch $name, at the program's call"
+  else bad "memcheck mismatch $name" "$out"; fi
+done
 
 # ---- memcheck: threads, while another thread holds the allocator's locks ---------------------
 out=$(fm "$threads" trim)

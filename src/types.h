@@ -30,7 +30,8 @@
  * the others in the lines of the chunks the blocks start in.
  *
  * A state is FREE (in the span, 0: fresh memory needs no set-up), CACHED (in a thread cache;
- * ZERO when it was never handed out and its pages never written) or LIVE (the program's). Block q of a span is found from an address by one multiplication by
+ * ZERO when it was never handed out and its pages never written, so calloc need not clear it)
+ * or LIVE (the program's). Block q of a span is found from an address by one multiplication by
  * the class's magic (q = high half, and the low half < magic iff the address is a block start).
  * The class keeps its spans with free blocks in occupancy buckets and hands out blocks from the
  * fullest span first, so nearly empty spans drain and go back to the pool; a span whose blocks

@@ -10,16 +10,22 @@
 #include "vg.h"
 
 /* ---- slow paths -------------------------------------------------------------------------- */
+static cold noinline void *malloc_start(size_t size) {
+  if (!pool_init()) return boot_alloc(size, 0);
+  return fm_pool.checked ? check_malloc(size) : block_alloc(size);
+}
+
+/* checked first: under memcheck every call comes here, and each instruction on the way to
+ * the requests costs (check.c's functions handle a pool not yet ready themselves) */
 void *fm_malloc_slow(size_t size) {
-  if (unlikely(!pool_ready()) && !pool_init()) return boot_alloc(size, 0);
-  if (fm_pool.checked) return check_malloc(size, 0);
-  return block_alloc(size);
+  if (fm_pool.checked) return check_malloc(size);
+  if (likely(pool_ready())) return block_alloc(size);
+  return malloc_start(size);
 }
 
 void fm_free_slow(void *p) {
-  if (!p) return;
   if (fm_pool.checked) return check_free(p);
-  block_free(p);
+  if (p) block_free(p);
 }
 
 /* ---- entry points ------------------------------------------------------------------------ */
@@ -82,7 +88,7 @@ void *flatmalloc_calloc(size_t count, size_t size) {
 static void *alloc_aligned(size_t align, size_t size) {
   if (align <= FM_ALIGN) return fm_alloc(size);
   if (unlikely(!pool_ready()) && !pool_init()) return boot_alloc(size, align);
-  if (fm_pool.checked) return check_malloc(size, align);
+  if (fm_pool.checked) return check_memalign(size, align);
   return block_alloc_aligned(align, size);
 }
 

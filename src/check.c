@@ -311,7 +311,7 @@ static void hold(uint8_t *b, int cls, size_t size) {
  * the quarantine (validate, mark freed, hold) every QUEUE_LEN frees, and before malloc_trim,
  * mallinfo and an allocation that failed. A queued block is still LIVE to the allocator, so it
  * is reused no earlier than before. Only releases that cannot be mismatched are queued: free
- * and realloc(p, 0) while no new or new[] block is live (cxx_live), since a mismatch must be
+ * and realloc(p, 0) while no new or new[] block is live (queue_off), since a mismatch must be
  * reported with the stack of the bad call, and the kind is in the header, which only native
  * code reads cheaply. Appends take check_flag; the queue changes only under it. */
 #define QUEUE_LEN 64
@@ -319,10 +319,12 @@ static struct {
   uintptr_t p[QUEUE_LEN];   /* the program's pointers; native_flush puts the release codes here */
   unsigned n;
 } queue;
-static _Atomic size_t cxx_live;   /* live blocks from new and new[] */
-/* The shortest ways through malloc and free under memcheck (native calls, pool present; free:
- * --freelist-vol above 0): every load and call costs there. */
-static bool lean_malloc, lean_free;
+/* Why releases are not queued, one word for free's short way to test: 1 while memcheck's
+ * native mode with --freelist-vol above 0 is off, plus one per live new or new[] block. */
+static _Atomic size_t queue_off = 1;
+/* The shortest way through malloc under memcheck (native calls, pool present, no profile):
+ * every load and call costs there. */
+static bool lean_malloc;
 #define LEAN_MAX ((size_t)1 << 62)   /* no overflow adding the header and canary */
 
 /* Validates p for a release through the family of release (-1: any). Returns 1 with
@@ -405,6 +407,7 @@ static uintptr_t native_new(uintptr_t tid, uintptr_t size, uintptr_t how) {
   (void)tid;
   if (!native_enter()) return NATIVE_BUSY;
   size_t align = how & ~(uintptr_t)15;
+  if (size > LEAN_MAX) return native_leave(0);   /* the total below would overflow */
   uint8_t *b = block_alloc_direct(size + block_lead(align) + CANARY_MIN), *user = NULL;
   if (b) {
     user = block_head(b, size, align, (enum check_kind)(how & 3));
@@ -506,13 +509,13 @@ static void *native_block(size_t size, size_t align, enum check_kind kind, bool 
     errno = ENOMEM;
     return NULL;
   }
-  if (kind >= KIND_NEW) cxx_live++;
+  if (kind >= KIND_NEW) queue_off++;
   profile_alloc(size);
   return p;
 }
 
 static void cxx_gone(uintptr_t r) {
-  if ((r & 15) == V_OK && (enum check_kind)(r >> 4 & 3) >= KIND_NEW) cxx_live--;
+  if ((r & 15) == V_OK && (enum check_kind)(r >> 4 & 3) >= KIND_NEW) queue_off--;
 }
 
 /* The release code r of p: false for a bad pointer (memcheck reported it when told); a release
@@ -525,7 +528,7 @@ static bool native_taken(void *p, uintptr_t r, int release, bool realloc_call) {
 }
 
 static void native_give(struct check_block *f) {
-  if (f->cls == KIND_MALLOC && !cxx_live && held.max) return queue_push(f->b);   /* see "deferred releases" */
+  if (f->cls == KIND_MALLOC && !queue_off) return queue_push(f->b);   /* see "deferred releases" */
   uintptr_t r = native_call(native_free, (uintptr_t)f->b, 0);
   if (native_taken(f->b, r, f->cls, false)) profile_free(r >> 8);
   cxx_gone(r);
@@ -543,12 +546,13 @@ static void *named_realloc(void *p, size_t size) NAMED("realloc");
 static int named_posix_memalign(void **memptr, size_t align, size_t size) NAMED("posix_memalign");
 
 static void *named_malloc(size_t size) {
-  if (likely(lean_malloc && size < LEAN_MAX)) {   /* memcheck, native, no profile */
-    void *p = (void *)native_call(native_new, size, FM_ALIGN | KIND_MALLOC);
-    if (unlikely(!p)) p = native_block(size, FM_ALIGN, KIND_MALLOC, false);   /* flush, retry, errno */
-    if (p) VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, 0);
-    return p;
+  if (likely(lean_malloc)) {   /* memcheck, native, no profile */
+    uintptr_t p = VALGRIND_NON_SIMD_CALL2(native_new, size, FM_ALIGN | KIND_MALLOC);
+    if (unlikely(p <= NATIVE_BUSY)) p = (uintptr_t)native_block(size, FM_ALIGN, KIND_MALLOC, false);   /* retry, flush, errno */
+    if (likely(p)) VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, 0);
+    return (void *)p;
   }
+  if (unlikely(!pool_ready()) && !pool_init()) return boot_alloc(size, 0);
   if (forward) return tool_heap.malloc(size);
   void *p = block_new(size, FM_ALIGN, KIND_MALLOC, false);
   if (p && !pool_gone) vg_alloced(p, size, false);
@@ -563,11 +567,11 @@ static void *named_memalign(size_t size, size_t align) {
 }
 
 static void *named_calloc(size_t size) {
-  if (likely(lean_malloc && size < LEAN_MAX)) {   /* as named_malloc's */
-    void *p = (void *)native_call(native_new, size, FM_ALIGN | KIND_MALLOC | NATIVE_ZERO);
-    if (unlikely(!p)) p = native_block(size, FM_ALIGN, KIND_MALLOC, true);
-    if (p) VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, 1);
-    return p;
+  if (likely(lean_malloc)) {   /* as named_malloc's */
+    uintptr_t p = VALGRIND_NON_SIMD_CALL2(native_new, size, FM_ALIGN | KIND_MALLOC | NATIVE_ZERO);
+    if (unlikely(p <= NATIVE_BUSY)) p = (uintptr_t)native_block(size, FM_ALIGN, KIND_MALLOC, true);
+    if (likely(p)) VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, 1);
+    return (void *)p;
   }
   if (forward) return tool_heap.calloc(1, size);
   void *p = block_new(size, FM_ALIGN, KIND_MALLOC, true);
@@ -577,10 +581,13 @@ static void *named_calloc(size_t size) {
 
 static void named_free(void *p) {
   struct check_block f;
-  if (likely(lean_free && !cxx_live) && !boot_owns(p)) {   /* memcheck, native: queued */
-    VALGRIND_FREELIKE_BLOCK(p, 0);
+  /* in the heap: neither NULL nor a bootstrap block; a bad pointer is found when the queue is
+   * handed over, after memcheck reported it */
+  if (likely(!queue_off) && (uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
+    VALGRIND_FREELIKE_BLOCK(p, 0);   /* memcheck, native: queued */
     return queue_push(p);
   }
+  if (!p) return;
   if (forward && !boot_owns(p)) return tool_heap.free(p);
   int r = check_take_block(p, KIND_MALLOC, &f);
   if (r == 0) vg_freed(p, 0);   /* memcheck reports "Invalid free()" */
@@ -681,9 +688,8 @@ static int named_posix_memalign(void **memptr, size_t align, size_t size) {
 
 int check_posix_memalign(void **memptr, size_t align, size_t size) { return named_posix_memalign(memptr, align, size); }
 
-void *check_malloc(size_t size, size_t align) {
-  return align <= FM_ALIGN ? named_malloc(size) : named_memalign(size, align);
-}
+void *check_malloc(size_t size) { return named_malloc(size); }
+void *check_memalign(size_t size, size_t align) { return named_memalign(size, align); }
 void *check_calloc(size_t n) { return named_calloc(n); }
 void check_free(void *p) { named_free(p); }
 void *check_realloc(void *p, size_t size) { return named_realloc(p, size); }
@@ -817,7 +823,7 @@ void check_pool_start(void) {
   pthread_atfork(NULL, NULL, check_after_fork);
   native = check_tool == VG_MEMCHECK && !fm_pool.opt.check && !fm_pool.lazy_commit;
   lean_malloc = native && !fm_pool.opt.profile;
-  lean_free = native && held.max;
+  if (native && held.max) queue_off = 0;   /* no new block is live yet: only native calls count them */
 }
 
 /* Runs after the program's and the other libraries' exit handlers: memcheck forgets the heap
@@ -826,7 +832,8 @@ void check_pool_start(void) {
  * bootstrap buffer and freed blocks are only described, never reused. */
 __attribute__((destructor)) static void check_pool_end(void) {
   if (!heap_block) return;
-  lean_malloc = lean_free = false;
+  lean_malloc = false;
+  queue_off++;
   pool_gone = true;
   VALGRIND_DISABLE_ERROR_REPORTING;   /* a malloc'ed block freed as a custom one */
   VALGRIND_FREELIKE_BLOCK(heap_block, 0);

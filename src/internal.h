@@ -89,7 +89,8 @@ hidden bool boot_owns(const void *p);
 hidden size_t boot_usable(const void *p);
 
 /* check.c: checking mode and memcheck */
-hidden void *check_malloc(size_t size, size_t align);
+hidden void *check_malloc(size_t size);
+hidden void *check_memalign(size_t size, size_t align);
 hidden void check_free(void *p);
 hidden void *check_realloc(void *p, size_t size);
 hidden size_t check_usable(void *p);

@@ -118,15 +118,17 @@ static void pool_start(void) {
   struct fm_pool *P = &fm_pool;
   options_read(&P->opt);
   P->valgrind = check_setup();
-  P->checked = P->opt.check || P->valgrind || P->opt.profile;
   pool_reserve();
   tcache_setup();
   stats_setup();
   profile_setup();
-  /* Check mode and memcheck send every call through the slow paths: the fast paths stay as
-   * they are, with no extra test. */
   check_pool_start();
-  if (!P->checked) {
+  /* Check mode and memcheck send every call through the slow paths: the fast paths stay as
+   * they are, with no extra test. Set last: the slow paths test it before the pool is ready,
+   * and another thread that sees it set must find the pool laid out. */
+  if (P->opt.check || P->valgrind || P->opt.profile) {
+    P->checked = true;
+  } else {
     P->heap_chunks = P->heap_size >> P->chunk_shift;
     P->small_lim = P->small_max + 1;
   }

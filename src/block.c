@@ -49,8 +49,8 @@ size_t block_usable(const void *p) {
 
 /* ---- for native code --------------------------------------------------------------------- */
 /* Under memcheck check.c runs the allocator natively inside Valgrind, where thread-local
- * storage (thread caches, errno) is Valgrind's and stopping would stop Valgrind: these
- * neither cache, nor set errno, nor stop. */
+ * storage (thread caches, errno) is Valgrind's and stopping would stop Valgrind: these use
+ * the native calls' own cache, and neither set errno nor stop. */
 void *block_alloc_direct(size_t size) {
   if (size <= fm_pool.small_max) return tcache_alloc_direct(class_of(size), true);
   return large_alloc(size, 0);

@@ -266,7 +266,8 @@ static bool check_take(void *p, struct check_block *f, int release, bool realloc
 static struct {
   uintptr_t *head, *tail;
   size_t volume, max;
-  _Atomic size_t bytes;   /* the held blocks' own sizes, which mallinfo counts as free */
+  _Atomic size_t bytes;   /* the held blocks' own sizes, which mallinfo counts as free (one
+                             writer at a time: no read-modify-write) */
   bool on;
 } held;
 
@@ -276,6 +277,10 @@ static size_t block_bytes(uint8_t *b, int cls) {
 }
 
 size_t check_held_bytes(void) { return atomic_load_explicit(&held.bytes, memory_order_relaxed); }
+
+static void held_add(size_t n) {
+  atomic_store_explicit(&held.bytes, atomic_load_explicit(&held.bytes, memory_order_relaxed) + n, memory_order_relaxed);
+}
 
 static void give_back(uint8_t *b) {
   if (pool_gone) return;
@@ -293,16 +298,17 @@ static void hold(uint8_t *b, int cls, size_t size) {
   else held.head = w;
   held.tail = w;
   held.volume += size;
-  held.bytes += block_bytes(b, cls);
+  held_add(block_bytes(b, cls));
   while (held.volume > held.max && held.head) {
     uintptr_t *o = held.head;
     held.head = (uintptr_t *)o[0];
     if (!held.head) held.tail = NULL;
     held.volume -= o[1];
-    int ocls = class_at(o);
-    held.bytes -= block_bytes((uint8_t *)o, ocls);
+    held_add(-block_bytes((uint8_t *)o, class_at(o)));
     give_back((uint8_t *)o);
   }
+  /* the next to leave was freed --freelist-vol bytes ago: out of the caches by now */
+  if (held.head) __builtin_prefetch(held.head);
 }
 
 /* ---- deferred releases (memcheck, native) ----------------------------------------------- */
@@ -375,18 +381,19 @@ void check_give_block(struct check_block *f) {
  * function on the real CPU inside Valgrind, uninstrumented, and memcheck does not see its
  * memory accesses (no look-away windows for headers and links). Such a function gets
  * Valgrind's thread id first and runs while no program thread runs; thread-local storage is
- * Valgrind's there (no thread cache, no errno, no pthread call), a client request or a stop
- * would be Valgrind's too. So a native call validates and returns a code, and the program's
- * side (the functions named malloc, free, ...) issues the requests and reports. The classes'
- * and the heap's locks are skipped inside (fm_lock); a call finding one held by a program
- * thread (statistics, malloc_trim, validators) returns NATIVE_BUSY and is retried after a
- * yield. Free blocks' pages are not given back to the system inside (no system calls). */
+ * Valgrind's there (no thread's cache, no errno, no pthread call: the native calls share one
+ * cache of their own, tcache_alloc_direct), a client request or a stop would be Valgrind's
+ * too. So a native call validates and returns a code, and the program's side (the functions
+ * named malloc, free, ...) issues the requests and reports. The classes' and the heap's locks
+ * are skipped inside (fm_lock); a call made while a program thread holds or waits for one
+ * (statistics, malloc_trim, validators) returns NATIVE_BUSY and is retried after a yield.
+ * Free blocks' pages are not given back to the system inside (no system calls). */
 #define NATIVE_BUSY 15u   /* neither a block (16-aligned) nor a release code (verdict < 15) */
 #define NATIVE_ZERO 4u
 #define NATIVE_IN_PLACE 64u
 
 static bool native_enter(void) {
-  if (!class_unlocked() || !span_unlocked()) return false;
+  if (atomic_load_explicit(&fm_pool.lockers, memory_order_relaxed)) return false;
   fm_pool.native = true;
   return true;
 }
@@ -416,6 +423,73 @@ static uintptr_t native_new(uintptr_t tid, uintptr_t size, uintptr_t how) {
   return native_leave((uintptr_t)user);
 }
 
+/* ---- the stash (memcheck, native) ------------------------------------------------------- */
+/* malloc of a small block takes it from a stash per class, which one native call fills with
+ * up to STASH_LEN blocks, and notes the block and its size in the pending list; a later native
+ * call writes their headers. Every native call that reads a header (releases, realloc,
+ * malloc_usable_size) writes the pending ones first. So malloc costs one request, MALLOCLIKE,
+ * as glibc's malloc under memcheck costs one call into memcheck. A stashed block is LIVE to the
+ * allocator and its header still its last life's (freed, or none): a stray free of it is not
+ * taken. The stash and the pending list change only under check_flag, and the native calls
+ * that use them are made with it held. Before mallinfo, malloc_trim and after a failed
+ * allocation the stash goes back to the classes (check_release_queued). memcheck's leak search
+ * reads this library's data as a root: the stash and the pending list keep their pointers
+ * inverted, and malloc clears the request's copy, so that a leaked block never looks reachable
+ * from here. */
+#define STASH_LEN 32u
+#define STASH_BYTES ((size_t)64 << 10)   /* most bytes one fill takes */
+#define STASH_CLASS_MAX 8192u            /* largest class stashed: eight blocks a fill */
+#define PENDING_LEN 64u
+#define LEAN_LEAD (2 * FM_ALIGN + CANARY_MIN)   /* header and canary around a malloc block */
+static struct {
+  uintptr_t p[FM_CLASS_MAX][STASH_LEN];   /* ~the program's pointers (see below) */
+  uint8_t n[FM_CLASS_MAX];
+  uintptr_t pend[PENDING_LEN][2];         /* ~the program's pointer (see below), its size */
+  unsigned npend;
+  size_t lim;                             /* sizes below are stashed; 0 while there is no stash */
+} stash;
+
+static void pending_write(void) {
+  for (unsigned i = 0; i < stash.npend; i++)
+    block_head((uint8_t *)~stash.pend[i][0] - 2 * FM_ALIGN, stash.pend[i][1], FM_ALIGN, KIND_MALLOC);
+  stash.npend = 0;
+}
+
+static uintptr_t native_pending(uintptr_t tid, uintptr_t unused1, uintptr_t unused2) {
+  (void)tid, (void)unused1, (void)unused2;
+  if (!native_enter()) return NATIVE_BUSY;
+  pending_write();
+  return native_leave(0);
+}
+
+/* Fills class c's empty stash with blocks of size bytes; returns the count << 4 (never BUSY). */
+static uintptr_t native_fill(uintptr_t tid, uintptr_t c, uintptr_t size) {
+  (void)tid;
+  if (!native_enter()) return NATIVE_BUSY;
+  pending_write();
+  unsigned want = (unsigned)(STASH_BYTES / fm_pool.cls[c].size), n = 0;
+  if (want > STASH_LEN) want = STASH_LEN;
+  while (n < want) {
+    uint8_t *b = block_alloc_direct(size);
+    if (!b) break;
+    stash.p[c][n++] = ~((uintptr_t)b + 2 * FM_ALIGN);
+  }
+  stash.n[c] = (uint8_t)n;
+  return native_leave((uintptr_t)n << 4);
+}
+
+/* Gives every stashed block back (they are LIVE, their headers are stale: no validation). */
+static uintptr_t native_unstash(uintptr_t tid, uintptr_t unused1, uintptr_t unused2) {
+  (void)tid, (void)unused1, (void)unused2;
+  if (!native_enter()) return NATIVE_BUSY;
+  pending_write();
+  for (unsigned c = 0; c < fm_pool.nclass; c++) {
+    for (unsigned i = 0; i < stash.n[c]; i++) give_back((uint8_t *)~stash.p[c][i] - 2 * FM_ALIGN);
+    stash.n[c] = 0;
+  }
+  return native_leave(0);
+}
+
 static uintptr_t native_release(uintptr_t p) {
   struct check_block f;
   enum verdict v = check_find((void *)p, &f);
@@ -430,6 +504,7 @@ static uintptr_t native_release(uintptr_t p) {
 static uintptr_t native_free(uintptr_t tid, uintptr_t p, uintptr_t unused) {
   (void)tid, (void)unused;
   if (!native_enter()) return NATIVE_BUSY;
+  pending_write();
   return native_leave(native_release(p));
 }
 
@@ -437,6 +512,7 @@ static uintptr_t native_free(uintptr_t tid, uintptr_t p, uintptr_t unused) {
 static uintptr_t native_flush(uintptr_t tid, uintptr_t unused1, uintptr_t unused2) {
   (void)tid, (void)unused1, (void)unused2;
   if (!native_enter()) return NATIVE_BUSY;
+  pending_write();
   for (unsigned i = 0; i < queue.n; i++) queue.p[i] = native_release(queue.p[i]);
   return native_leave(0);
 }
@@ -451,6 +527,7 @@ static bool queued(uintptr_t p) {
 static uintptr_t native_resize(uintptr_t tid, uintptr_t p, uintptr_t size) {
   (void)tid;
   if (!native_enter()) return NATIVE_BUSY;
+  pending_write();
   struct check_block f;
   enum verdict v = queued(p) ? V_FREED : check_find((void *)p, &f);
   uintptr_t r = native_code(v, &f);
@@ -481,12 +558,24 @@ static void flush_locked(void) {
   queue.n = 0;
 }
 
+/* The queued releases and the stash go back to the allocator (mallinfo, malloc_trim, a failed
+ * allocation). */
 void check_release_queued(void) {
-  if (!__atomic_load_n(&queue.n, __ATOMIC_RELAXED)) return;
+  if (!native) return;
   lock();
   flush_locked();
+  if (!pool_gone) native_call(native_unstash, 0, 0);
   unlock();
 }
+
+/* The pending headers, before the program's side reads one (malloc_usable_size). */
+static void pending_flush(void) {
+  if (!native || pool_gone) return;
+  lock();
+  if (stash.npend) native_call(native_pending, 0, 0);
+  unlock();
+}
+
 
 /* Only under memcheck, whose lock() is check_flag: taken here directly. */
 static void queue_push(void *p) {
@@ -529,9 +618,35 @@ static bool native_taken(void *p, uintptr_t r, int release, bool realloc_call) {
 
 static void native_give(struct check_block *f) {
   if (f->cls == KIND_MALLOC && !queue_off) return queue_push(f->b);   /* see "deferred releases" */
+  lock();   /* the pending headers (see "the stash") */
   uintptr_t r = native_call(native_free, (uintptr_t)f->b, 0);
+  unlock();
   if (native_taken(f->b, r, f->cls, false)) profile_free(r >> 8);
   cxx_gone(r);
+}
+
+/* ---- the short ways (memcheck) ----------------------------------------------------------- */
+/* malloc of a stashed size and free while releases are queued: under check_flag, with the
+ * requests' arguments in req (owned with the flag), and with no call but flush_locked's (one
+ * free in QUEUE_LEN), so that these need no stack frame: memcheck instruments every change of
+ * the stack pointer, and every load and store. A contended flag, and a native call finding a
+ * lock held, spin: memcheck runs one thread at a time and switches when the spinning thread's
+ * time slice ends. */
+static uintptr_t req[6];
+
+static void flag_take(void) {
+  while (atomic_flag_test_and_set_explicit(&check_flag, memory_order_acquire)) __builtin_ia32_pause();
+}
+static void flag_give(void) { atomic_flag_clear_explicit(&check_flag, memory_order_release); }
+
+static uintptr_t req_native(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), uintptr_t a, uintptr_t b) {
+  uintptr_t r;
+  req[0] = VG_USERREQ__CLIENT_CALL2;
+  req[1] = (uintptr_t)fn;
+  req[2] = a;
+  req[3] = b;
+  while ((r = vg_request(req, 0)) == NATIVE_BUSY) __builtin_ia32_pause();
+  return r;
 }
 
 /* ---- the API's functions, under the API's names ------------------------------------------- */
@@ -546,6 +661,31 @@ static void *named_realloc(void *p, size_t size) NAMED("realloc");
 static int named_posix_memalign(void **memptr, size_t align, size_t size) NAMED("posix_memalign");
 
 static void *named_malloc(size_t size) {
+  if (likely(size < stash.lim)) {   /* memcheck, native, no profile: see "the stash" */
+    unsigned c = fm_pool.cls_of[(size + LEAN_LEAD + FM_ALIGN - 1) / FM_ALIGN] - 1u;
+    flag_take();
+    unsigned n = stash.n[c];
+    if (unlikely(!n)) n = (unsigned)(req_native(native_fill, c, size + LEAN_LEAD) >> 4);
+    if (likely(n)) {
+      uintptr_t p = ~stash.p[c][--n];
+      stash.n[c] = (uint8_t)n;
+      unsigned k = stash.npend;
+      stash.pend[k][0] = ~p;
+      stash.pend[k][1] = size;
+      stash.npend = k + 1;
+      if (unlikely(k + 1 == PENDING_LEN)) req_native(native_pending, 0, 0);
+      req[0] = VG_USERREQ__MALLOCLIKE_BLOCK;
+      req[1] = p;
+      req[2] = size;
+      req[3] = 0;   /* red zone */
+      req[4] = 0;   /* not zeroed */
+      vg_request(req, 0);
+      req[1] = 0;   /* see "the stash" */
+      flag_give();
+      return (void *)p;
+    }
+    flag_give();   /* none left: the way below hands the queue and the stash back and retries */
+  }
   if (likely(lean_malloc)) {   /* memcheck, native, no profile */
     uintptr_t p = VALGRIND_NON_SIMD_CALL2(native_new, size, FM_ALIGN | KIND_MALLOC);
     if (unlikely(p <= NATIVE_BUSY)) p = (uintptr_t)native_block(size, FM_ALIGN, KIND_MALLOC, false);   /* retry, flush, errno */
@@ -584,8 +724,17 @@ static void named_free(void *p) {
   /* in the heap: neither NULL nor a bootstrap block; a bad pointer is found when the queue is
    * handed over, after memcheck reported it */
   if (likely(!queue_off) && (uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
-    VALGRIND_FREELIKE_BLOCK(p, 0);   /* memcheck, native: queued */
-    return queue_push(p);
+    flag_take();   /* memcheck, native: queued */
+    req[0] = VG_USERREQ__FREELIKE_BLOCK;
+    req[1] = (uintptr_t)p;
+    req[2] = 0;   /* red zone */
+    vg_request(req, 0);
+    unsigned n = queue.n;
+    queue.p[n] = (uintptr_t)p;
+    __atomic_store_n(&queue.n, n + 1, __ATOMIC_RELEASE);
+    if (unlikely(n + 1 == QUEUE_LEN)) flush_locked();
+    flag_give();
+    return;
   }
   if (!p) return;
   if (forward && !boot_owns(p)) return tool_heap.free(p);
@@ -621,7 +770,9 @@ static void *named_realloc(void *p, size_t size) {
     return q;
   }
   if (native && !pool_gone) {
+    lock();   /* the pending headers (see "the stash") */
     uintptr_t r = native_call(native_resize, (uintptr_t)p, size);
+    unlock();
     if (!native_taken(p, r, KIND_MALLOC, true)) {
       vg_freed(p, 0);   /* memcheck: "Invalid free() / delete / delete[] / realloc()" */
       return NULL;
@@ -639,7 +790,9 @@ static void *named_realloc(void *p, size_t size) {
     vg_alloced(q, size, false);
     memcpy(q, p, old < size ? old : size);
     vg_freed(p, old);
+    lock();
     r = native_call(native_free, (uintptr_t)p, 0);
+    unlock();
     if (native_taken(p, r, -1, false)) profile_free(old);
     cxx_gone(r);
     return q;
@@ -698,6 +851,7 @@ size_t check_usable(void *p) {
   struct check_block f;
   if (boot_owns(p)) return boot_usable(p);
   if (forward) return tool_heap.usable(p);
+  pending_flush();
   if (!check_take(p, &f, -1, false)) return 0;
   return f.size;
 }
@@ -801,8 +955,15 @@ void *check_pool_map(size_t size) {
   return p + 1;
 }
 
+/* A child whose fork came while another thread held check_flag drops the queue, the stash and
+ * the pending list, which that thread may have been changing (their blocks stay out). */
 static void check_after_fork(void) {
   pthread_mutex_init(&check_lock, NULL);
+  if (atomic_flag_test_and_set(&check_flag)) {
+    queue.n = 0;
+    memset(stash.n, 0, sizeof stash.n);
+    stash.npend = 0;
+  }
   atomic_flag_clear(&check_flag);
 }
 
@@ -822,7 +983,14 @@ void check_pool_start(void) {
   }
   pthread_atfork(NULL, NULL, check_after_fork);
   native = check_tool == VG_MEMCHECK && !fm_pool.opt.check && !fm_pool.lazy_commit;
+  if (native) {
+    fm_pool.count_lockers = true;
+    tcache_native_setup();
+  }
   lean_malloc = native && !fm_pool.opt.profile;
+  if (lean_malloc)
+    for (unsigned c = 0; c < fm_pool.nclass && fm_pool.cls[c].size <= STASH_CLASS_MAX; c++)
+      if (fm_pool.cls[c].size > LEAN_LEAD) stash.lim = fm_pool.cls[c].size - LEAN_LEAD + 1;
   if (native && held.max) queue_off = 0;   /* no new block is live yet: only native calls count them */
 }
 
@@ -833,6 +1001,7 @@ void check_pool_start(void) {
 __attribute__((destructor)) static void check_pool_end(void) {
   if (!heap_block) return;
   lean_malloc = false;
+  stash.lim = 0;
   queue_off++;
   pool_gone = true;
   VALGRIND_DISABLE_ERROR_REPORTING;   /* a malloc'ed block freed as a custom one */

@@ -320,13 +320,6 @@ void class_note(unsigned c, bool borrowed) {
   fm_unlock(&k->lock);
 }
 
-/* No class's lock is held (check.c's native calls, which cannot wait for one). */
-bool class_unlocked(void) {
-  for (unsigned c = 0; c < fm_pool.nclass; c++)
-    if (!fm_lock_free(&fm_pool.cls[c].lock)) return false;
-  return true;
-}
-
 /* Fork child: a class whose lock was held at fork may be mid-change; the child abandons its
  * spans (new epoch: blocks freed into them are left alone) and starts afresh. */
 void class_after_fork(void) {

@@ -10,14 +10,18 @@ static inline bool pool_ready(void) { return atomic_load_explicit(&fm_pool.state
 /* The classes' and the heap's locks. Under memcheck check.c runs the allocator natively inside
  * Valgrind, where pthread's functions cannot run (they read the thread pointer, which is
  * Valgrind's) and no program thread runs meanwhile: there the locks are skipped, after
- * check.c made sure that no program thread holds one (fm_lock_free). */
+ * check.c made sure that no program thread holds one or waits for one (lockers is 0; it is
+ * counted before the lock is taken and after it is released, so it covers the whole hold). */
 static inline void fm_lock(pthread_mutex_t *m) {
-  if (!fm_pool.native) pthread_mutex_lock(m);
+  if (fm_pool.native) return;
+  if (fm_pool.count_lockers) atomic_fetch_add_explicit(&fm_pool.lockers, 1, memory_order_relaxed);
+  pthread_mutex_lock(m);
 }
 static inline void fm_unlock(pthread_mutex_t *m) {
-  if (!fm_pool.native) pthread_mutex_unlock(m);
+  if (fm_pool.native) return;
+  pthread_mutex_unlock(m);
+  if (fm_pool.count_lockers) atomic_fetch_sub_explicit(&fm_pool.lockers, 1, memory_order_relaxed);
 }
-static inline bool fm_lock_free(pthread_mutex_t *m) { return !__atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED); }
 
 /* fault.c: one line and abort() */
 hidden cold __attribute__((noreturn)) void fault_stop(const char *what, const void *p, int cls);
@@ -39,7 +43,6 @@ hidden void span_after_fork(void);
 struct span_stats { size_t used, used_peak, free, dirty, top, released, large_held; };
 hidden void span_stats(struct span_stats *s);
 hidden int span_check(void);
-hidden bool span_unlocked(void);
 
 /* large.c */
 hidden void *large_alloc(size_t size, size_t align);
@@ -63,13 +66,13 @@ hidden void class_after_fork(void);
 struct class_stats { uint64_t out, peak, spans, spans_peak, reserve, borrows, exhausted; };
 hidden void class_stats(unsigned c, struct class_stats *s);
 hidden int class_check(unsigned c);
-hidden bool class_unlocked(void);
 
 /* tcache.c: thread caches */
 hidden void tcache_setup(void);
 hidden void *tcache_alloc(unsigned c, bool borrow, bool *zero);   /* zero: NULL or told whether it reads as zero */
 hidden void tcache_free(void *p, unsigned c, uint8_t *st);
-hidden void *tcache_alloc_direct(unsigned c, bool borrow);   /* no cache, no errno */
+hidden void tcache_native_setup(void);
+hidden void *tcache_alloc_direct(unsigned c, bool borrow);   /* check.c's native calls: their cache, no errno */
 hidden void tcache_free_direct(void *p, unsigned c, uint8_t *st);
 hidden uint64_t tcache_cached(unsigned c);
 hidden int tcache_check(void);

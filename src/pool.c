@@ -140,6 +140,7 @@ static void pool_start(void) {
 static void pool_after_fork(void) {
   span_after_fork();
   class_after_fork();
+  atomic_store_explicit(&fm_pool.lockers, 0, memory_order_relaxed);   /* the lockers were other threads */
 }
 
 bool pool_init(void) {

@@ -415,8 +415,6 @@ int span_trim(void) {
   return any;
 }
 
-bool span_unlocked(void) { return fm_lock_free(&H.lock); }
-
 /* In a forked child the lock may have been held by a thread that no longer exists, in the
  * middle of changing the lists. Then the child cannot trust the lists: it abandons them (and
  * the parent's free runs, a copy-on-write loss only) and carries on above top. Taking the lock

@@ -68,18 +68,23 @@ static void tcache_exit(void *v) {
 
 void tcache_setup(void) { pthread_key_create(&tcache_key, tcache_exit); }
 
+/* Sets slot tc's bins up: empty, each holding up to two batches, or none (caps 0) when not
+ * caching. */
+static void slot_open(struct fm_tcache *tc, bool caching) {
+  for (unsigned c = 0; c < fm_pool.nclass; c++) {
+    unsigned c1 = c + 1;
+    tc->base[c1] = tc->top[c1] = caching ? tc->p[c1] : NULL;
+    tc->lim[c1] = caching ? tc->p[c1] + 2 * fm_pool.cls[c].batch : NULL;
+  }
+  tc->live = 1;
+}
+
 /* Gives the calling thread a slot. NULL when every slot is taken: the thread then works
  * directly on the classes, one block at a time. */
 static struct fm_tcache *tcache_attach(void) {
   struct fm_tcache *tc = slot_pop();
   if (!tc) return NULL;
-  for (unsigned c = 0; c < fm_pool.nclass; c++) {
-    unsigned c1 = c + 1;
-    bool caching = !fm_pool.valgrind;   /* not under a Valgrind tool: it sees blocks leave and come back */
-    tc->base[c1] = tc->top[c1] = caching ? tc->p[c1] : NULL;
-    tc->lim[c1] = caching ? tc->p[c1] + 2 * fm_pool.cls[c].batch : NULL;
-  }
-  tc->live = 1;
+  slot_open(tc, !fm_pool.valgrind);   /* not under a Valgrind tool: it sees blocks leave and come back */
   fm_tc = tc;
   pthread_setspecific(tcache_key, tc);
   return tc;
@@ -129,19 +134,25 @@ void *tcache_alloc(unsigned c, bool borrow, bool *zero) {
   return p;
 }
 
-/* For check.c's native calls, which must not touch thread-local storage (the cache pointer,
- * errno): one block at a time, straight from the classes. */
-void *tcache_alloc_direct(unsigned c, bool borrow) { return take(&fm_tc_empty, c, borrow, NULL); }
+/* check.c's native calls under memcheck run one at a time and must not touch thread-local
+ * storage (the cache pointer, errno): they share one cache of their own, a slot as a thread's
+ * (the statistics count its blocks, the validator checks them) that no thread owns. Without a
+ * slot they work one block at a time, straight on the classes. */
+static struct fm_tcache *tc_native = &fm_tc_empty;
 
-void tcache_free_direct(void *p, unsigned c, uint8_t *st) {
-  st_store(st, ST_CACHED);
-  class_give(c, &p, &st, 1);
+void tcache_native_setup(void) {
+  struct fm_tcache *tc = slot_pop();
+  if (!tc) return;
+  slot_open(tc, true);
+  tc_native = tc;
 }
 
+void *tcache_alloc_direct(unsigned c, bool borrow) { return take(tc_native, c, borrow, NULL); }
+
 /* ---- flush ------------------------------------------------------------------------------- */
-/* free() of LIVE block p of class c (st its state byte) when the fast path could not take it. */
-void tcache_free(void *p, unsigned c, uint8_t *st) {
-  struct fm_tcache *tc = tcache_mine();
+/* Caches LIVE block p of class c (st its state byte) in tc, or gives it back to the class when
+ * tc has no bin for it. */
+static void put(struct fm_tcache *tc, void *p, unsigned c, uint8_t *st) {
   unsigned c1 = c + 1;
   st_store(st, ST_CACHED);
   if (!tc->base[c1]) {   /* no slot, or under Valgrind: no caching */
@@ -153,6 +164,11 @@ void tcache_free(void *p, unsigned c, uint8_t *st) {
   *top = p;
   FM_ST_OF(top) = st;
 }
+
+/* free() of LIVE block p of class c (st its state byte) when the fast path could not take it. */
+void tcache_free(void *p, unsigned c, uint8_t *st) { put(tcache_mine(), p, c, st); }
+
+void tcache_free_direct(void *p, unsigned c, uint8_t *st) { put(tc_native, p, c, st); }
 
 /* Blocks of class c sitting in thread caches (read without the threads' help: approximate
  * while they run, exact when they are quiet). */

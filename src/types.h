@@ -229,6 +229,8 @@ struct fm_pool {
   bool checked;              /* checking or described mode: every call takes the slow path */
   bool lazy_commit;          /* strict overcommit: the heap becomes accessible as it is used */
   bool native;               /* check.c's native call under memcheck is running (fm_lock) */
+  bool count_lockers;        /* check.c's native calls are on: fm_lock counts in lockers */
+  _Atomic uint32_t lockers;  /* program threads holding or waiting for a class's or the heap's lock */
   _Atomic int state;         /* pool.c: none, starting, ready */
   struct fm_tcache *slots;
   uint32_t slots_max;

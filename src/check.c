@@ -43,7 +43,6 @@
 
 #include "vg.h"
 
-#define CANARY_MIN 8u
 #define CANARY_MAX 64u
 
 struct check_hdr {
@@ -73,19 +72,20 @@ static bool forward;
 
 /* helgrind and drd must see a pthread mutex; under memcheck (which runs one thread at a time
  * anyway) a flag is a tenth of the instructions, and instructions are memcheck's cost. */
-static atomic_flag check_flag = ATOMIC_FLAG_INIT;
 static bool thread_tool;
 static void lock(void) {
   if (!serial) return;
   if (thread_tool) pthread_mutex_lock(&check_lock);
   else
-    while (atomic_flag_test_and_set_explicit(&check_flag, memory_order_acquire)) sched_yield();
+    while (atomic_flag_test_and_set_explicit(&quick.flag, memory_order_acquire)) sched_yield();
 }
 static void unlock(void) {
   if (!serial) return;
   if (thread_tool) pthread_mutex_unlock(&check_lock);
-  else atomic_flag_clear_explicit(&check_flag, memory_order_release);
+  else atomic_flag_clear_explicit(&quick.flag, memory_order_release);
 }
+
+struct check_quick quick = {.flag = ATOMIC_FLAG_INIT, .queue_off = 1};
 
 /* ---- layout helpers ---------------------------------------------------------------------- */
 static uint32_t magic(const struct check_hdr *h, bool live) {
@@ -261,13 +261,22 @@ static bool check_take(void *p, struct check_block *f, int release, bool realloc
 /* ---- quarantine (memcheck) --------------------------------------------------------------- */
 /* Freed blocks wait in a FIFO until --freelist-vol bytes (by requested size, as memcheck
  * counts) were freed after them, so memcheck still knows them as freed blocks when the program
- * touches them. The FIFO links through the held blocks' allocator words (b[0] next, b[1]
- * size): holding a block allocates nothing. */
+ * touches them. The FIFO is a list of nodes, each a block of the pool (never described to a
+ * tool) of HELD_PER_NODE entries: a block leaving it is found by reading the entries in order,
+ * not by following links through held blocks, which are long out of the caches by then. */
+#define HELD_NODE_BYTES 8192u
+#define HELD_PER_NODE ((HELD_NODE_BYTES - 16) / 16)
+struct held_node {
+  struct held_node *next;
+  uintptr_t unused;
+  uintptr_t e[HELD_PER_NODE][2];   /* the block, its requested size */
+};
 static struct {
-  uintptr_t *head, *tail;
+  struct held_node *first, *last;   /* entries out.. of first are the oldest, ..in of last the newest */
+  unsigned out, in;
   size_t volume, max;
-  _Atomic size_t bytes;   /* the held blocks' own sizes, which mallinfo counts as free (one
-                             writer at a time: no read-modify-write) */
+  _Atomic size_t bytes;   /* the held blocks' and the nodes' own sizes, which mallinfo counts as
+                             free (one writer at a time: no read-modify-write) */
   bool on;
 } held;
 
@@ -288,27 +297,48 @@ static void give_back(uint8_t *b) {
   else (void)block_free_direct(b);   /* native code cannot report a damaged block: it stays out */
 }
 
-/* Called with check_lock held and memcheck looking away. */
+static struct held_node *node_new(void) {
+  struct held_node *n = fm_pool.native ? block_alloc_direct(sizeof *n) : block_alloc(sizeof *n);
+  if (!n) return NULL;
+  n->next = NULL;
+  held_add(block_bytes((uint8_t *)n, class_at(n)));
+  return n;
+}
+
+static void node_free(struct held_node *n) {
+  held_add(-block_bytes((uint8_t *)n, class_at(n)));
+  give_back((uint8_t *)n);
+}
+
+/* Called with check_lock held and memcheck looking away, or natively. */
 static void hold(uint8_t *b, int cls, size_t size) {
   if (!held.on) return give_back(b);
-  uintptr_t *w = (uintptr_t *)b;
-  w[0] = 0;
-  w[1] = size;
-  if (held.tail) held.tail[0] = (uintptr_t)w;
-  else held.head = w;
-  held.tail = w;
+  if (!held.last || held.in == HELD_PER_NODE) {
+    struct held_node *n = node_new();
+    if (!n) return give_back(b);   /* no room to note it: released at once */
+    if (held.last) held.last->next = n;
+    else held.first = n;
+    held.last = n;
+    held.in = 0;
+  }
+  held.last->e[held.in][0] = (uintptr_t)b;
+  held.last->e[held.in++][1] = size;
   held.volume += size;
   held_add(block_bytes(b, cls));
-  while (held.volume > held.max && held.head) {
-    uintptr_t *o = held.head;
-    held.head = (uintptr_t *)o[0];
-    if (!held.head) held.tail = NULL;
-    held.volume -= o[1];
-    held_add(-block_bytes((uint8_t *)o, class_at(o)));
-    give_back((uint8_t *)o);
+  while (held.volume > held.max) {
+    struct held_node *n = held.first;
+    uint8_t *o = (uint8_t *)n->e[held.out][0];
+    held.volume -= n->e[held.out++][1];
+    held_add(-block_bytes(o, class_at(o)));
+    give_back(o);
+    if (n == held.last && held.out == held.in) {
+      held.out = held.in = 0;   /* empty: the node stays */
+    } else if (held.out == HELD_PER_NODE) {
+      held.first = n->next;
+      held.out = 0;
+      node_free(n);
+    }
   }
-  /* the next to leave was freed --freelist-vol bytes ago: out of the caches by now */
-  if (held.head) __builtin_prefetch(held.head);
 }
 
 /* ---- deferred releases (memcheck, native) ----------------------------------------------- */
@@ -317,17 +347,9 @@ static void hold(uint8_t *b, int cls, size_t size) {
  * the quarantine (validate, mark freed, hold) every QUEUE_LEN frees, and before malloc_trim,
  * mallinfo and an allocation that failed. A queued block is still LIVE to the allocator, so it
  * is reused no earlier than before. Only releases that cannot be mismatched are queued: free
- * and realloc(p, 0) while no new or new[] block is live (queue_off), since a mismatch must be
+ * and realloc(p, 0) while no new or new[] block is live (quick.queue_off), since a mismatch must be
  * reported with the stack of the bad call, and the kind is in the header, which only native
- * code reads cheaply. Appends take check_flag; the queue changes only under it. */
-#define QUEUE_LEN 64
-static struct {
-  uintptr_t p[QUEUE_LEN];   /* the program's pointers; native_flush puts the release codes here */
-  unsigned n;
-} queue;
-/* Why releases are not queued, one word for free's short way to test: 1 while memcheck's
- * native mode with --freelist-vol above 0 is off, plus one per live new or new[] block. */
-static _Atomic size_t queue_off = 1;
+ * code reads cheaply. Appends take quick.flag; the queue changes only under it. */
 /* The shortest way through malloc under memcheck (native calls, pool present, no profile):
  * every load and call costs there. */
 static bool lean_malloc;
@@ -388,7 +410,6 @@ void check_give_block(struct check_block *f) {
  * are skipped inside (fm_lock); a call made while a program thread holds or waits for one
  * (statistics, malloc_trim, validators) returns NATIVE_BUSY and is retried after a yield.
  * Free blocks' pages are not given back to the system inside (no system calls). */
-#define NATIVE_BUSY 15u   /* neither a block (16-aligned) nor a release code (verdict < 15) */
 #define NATIVE_ZERO 4u
 #define NATIVE_IN_PLACE 64u
 
@@ -430,32 +451,22 @@ static uintptr_t native_new(uintptr_t tid, uintptr_t size, uintptr_t how) {
  * malloc_usable_size) writes the pending ones first. So malloc costs one request, MALLOCLIKE,
  * as glibc's malloc under memcheck costs one call into memcheck. A stashed block is LIVE to the
  * allocator and its header still its last life's (freed, or none): a stray free of it is not
- * taken. The stash and the pending list change only under check_flag, and the native calls
+ * taken. The stash and the pending list change only under quick.flag, and the native calls
  * that use them are made with it held. Before mallinfo, malloc_trim and after a failed
  * allocation the stash goes back to the classes (check_release_queued). memcheck's leak search
  * reads this library's data as a root: the stash and the pending list keep their pointers
  * inverted, and malloc clears the request's copy, so that a leaked block never looks reachable
  * from here. */
-#define STASH_LEN 32u
 #define STASH_BYTES ((size_t)64 << 10)   /* most bytes one fill takes */
 #define STASH_CLASS_MAX 8192u            /* largest class stashed: eight blocks a fill */
-#define PENDING_LEN 64u
-#define LEAN_LEAD (2 * FM_ALIGN + CANARY_MIN)   /* header and canary around a malloc block */
-static struct {
-  uintptr_t p[FM_CLASS_MAX][STASH_LEN];   /* ~the program's pointers (see below) */
-  uint8_t n[FM_CLASS_MAX];
-  uintptr_t pend[PENDING_LEN][2];         /* ~the program's pointer (see below), its size */
-  unsigned npend;
-  size_t lim;                             /* sizes below are stashed; 0 while there is no stash */
-} stash;
 
 static void pending_write(void) {
-  for (unsigned i = 0; i < stash.npend; i++)
-    block_head((uint8_t *)~stash.pend[i][0] - 2 * FM_ALIGN, stash.pend[i][1], FM_ALIGN, KIND_MALLOC);
-  stash.npend = 0;
+  for (unsigned i = 0; i < quick.npend; i++)
+    block_head((uint8_t *)~quick.pend[i][0] - 2 * FM_ALIGN, quick.pend[i][1], FM_ALIGN, KIND_MALLOC);
+  quick.npend = 0;
 }
 
-static uintptr_t native_pending(uintptr_t tid, uintptr_t unused1, uintptr_t unused2) {
+uintptr_t check_native_pending(uintptr_t tid, uintptr_t unused1, uintptr_t unused2) {
   (void)tid, (void)unused1, (void)unused2;
   if (!native_enter()) return NATIVE_BUSY;
   pending_write();
@@ -463,7 +474,7 @@ static uintptr_t native_pending(uintptr_t tid, uintptr_t unused1, uintptr_t unus
 }
 
 /* Fills class c's empty stash with blocks of size bytes; returns the count << 4 (never BUSY). */
-static uintptr_t native_fill(uintptr_t tid, uintptr_t c, uintptr_t size) {
+uintptr_t check_native_fill(uintptr_t tid, uintptr_t c, uintptr_t size) {
   (void)tid;
   if (!native_enter()) return NATIVE_BUSY;
   pending_write();
@@ -472,9 +483,9 @@ static uintptr_t native_fill(uintptr_t tid, uintptr_t c, uintptr_t size) {
   while (n < want) {
     uint8_t *b = block_alloc_direct(size);
     if (!b) break;
-    stash.p[c][n++] = ~((uintptr_t)b + 2 * FM_ALIGN);
+    quick.stash[c][n++] = ~((uintptr_t)b + 2 * FM_ALIGN);
   }
-  stash.n[c] = (uint8_t)n;
+  quick.nstash[c] = (uint8_t)n;
   return native_leave((uintptr_t)n << 4);
 }
 
@@ -484,8 +495,8 @@ static uintptr_t native_unstash(uintptr_t tid, uintptr_t unused1, uintptr_t unus
   if (!native_enter()) return NATIVE_BUSY;
   pending_write();
   for (unsigned c = 0; c < fm_pool.nclass; c++) {
-    for (unsigned i = 0; i < stash.n[c]; i++) give_back((uint8_t *)~stash.p[c][i] - 2 * FM_ALIGN);
-    stash.n[c] = 0;
+    for (unsigned i = 0; i < quick.nstash[c]; i++) give_back((uint8_t *)~quick.stash[c][i] - 2 * FM_ALIGN);
+    quick.nstash[c] = 0;
   }
   return native_leave(0);
 }
@@ -513,13 +524,13 @@ static uintptr_t native_flush(uintptr_t tid, uintptr_t unused1, uintptr_t unused
   (void)tid, (void)unused1, (void)unused2;
   if (!native_enter()) return NATIVE_BUSY;
   pending_write();
-  for (unsigned i = 0; i < queue.n; i++) queue.p[i] = native_release(queue.p[i]);
+  for (unsigned i = 0; i < quick.nqueue; i++) quick.queue[i] = native_release(quick.queue[i]);
   return native_leave(0);
 }
 
 static bool queued(uintptr_t p) {
-  for (unsigned i = 0; i < queue.n; i++)
-    if (queue.p[i] == p) return true;
+  for (unsigned i = 0; i < quick.nqueue; i++)
+    if (quick.queue[i] == p) return true;
   return false;
 }
 
@@ -545,25 +556,30 @@ static uintptr_t native_call(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), u
   return r;
 }
 
-/* Hands the queued releases to the quarantine (caller holds check_flag). */
-static void flush_locked(void) {
-  if (!queue.n) return;
+/* Hands the queued releases to the quarantine (caller holds quick.flag). */
+void check_flush_locked(void) {
+  if (!quick.nqueue) return;
   if (pool_gone) {   /* the pool may be unmapped: the blocks are only described from here on */
-    queue.n = 0;
+    quick.nqueue = 0;
     return;
   }
   native_call(native_flush, 0, 0);
-  for (unsigned i = 0; i < queue.n; i++)
-    if ((queue.p[i] & 15) == V_OK) profile_free(queue.p[i] >> 8);
-  queue.n = 0;
+  for (unsigned i = 0; i < quick.nqueue; i++)
+    if ((quick.queue[i] & 15) == V_OK) profile_free(quick.queue[i] >> 8);
+  quick.nqueue = 0;
 }
 
 /* The queued releases and the stash go back to the allocator (mallinfo, malloc_trim, a failed
  * allocation). */
+void check_flush_unlock(void) {
+  check_flush_locked();
+  unlock();
+}
+
 void check_release_queued(void) {
   if (!native) return;
   lock();
-  flush_locked();
+  check_flush_locked();
   if (!pool_gone) native_call(native_unstash, 0, 0);
   unlock();
 }
@@ -572,25 +588,25 @@ void check_release_queued(void) {
 static void pending_flush(void) {
   if (!native || pool_gone) return;
   lock();
-  if (stash.npend) native_call(native_pending, 0, 0);
+  if (quick.npend) native_call(check_native_pending, 0, 0);
   unlock();
 }
 
 
-/* Only under memcheck, whose lock() is check_flag: taken here directly. */
+/* Only under memcheck, whose lock() is quick.flag: taken here directly. */
 static void queue_push(void *p) {
-  while (atomic_flag_test_and_set_explicit(&check_flag, memory_order_acquire)) sched_yield();
-  unsigned n = queue.n;
-  queue.p[n] = (uintptr_t)p;
-  __atomic_store_n(&queue.n, n + 1, __ATOMIC_RELEASE);
-  if (n + 1 == QUEUE_LEN) flush_locked();
-  atomic_flag_clear_explicit(&check_flag, memory_order_release);
+  while (atomic_flag_test_and_set_explicit(&quick.flag, memory_order_acquire)) sched_yield();
+  unsigned n = quick.nqueue;
+  quick.queue[n] = (uintptr_t)p;
+  __atomic_store_n(&quick.nqueue, n + 1, __ATOMIC_RELEASE);
+  if (n + 1 == QUEUE_LEN) check_flush_locked();
+  atomic_flag_clear_explicit(&quick.flag, memory_order_release);
 }
 
 static void *native_block(size_t size, size_t align, enum check_kind kind, bool zero) {
   uintptr_t how = align | kind | (zero ? NATIVE_ZERO : 0);
   void *p = (void *)native_call(native_new, size, how);
-  if (!p && __atomic_load_n(&queue.n, __ATOMIC_RELAXED)) {   /* the queued blocks may make room */
+  if (!p && __atomic_load_n(&quick.nqueue, __ATOMIC_RELAXED)) {   /* the queued blocks may make room */
     check_release_queued();
     p = (void *)native_call(native_new, size, how);
   }
@@ -598,13 +614,13 @@ static void *native_block(size_t size, size_t align, enum check_kind kind, bool 
     errno = ENOMEM;
     return NULL;
   }
-  if (kind >= KIND_NEW) queue_off++;
+  if (kind >= KIND_NEW) quick.queue_off++;
   profile_alloc(size);
   return p;
 }
 
 static void cxx_gone(uintptr_t r) {
-  if ((r & 15) == V_OK && (enum check_kind)(r >> 4 & 3) >= KIND_NEW) queue_off--;
+  if ((r & 15) == V_OK && (enum check_kind)(r >> 4 & 3) >= KIND_NEW) quick.queue_off--;
 }
 
 /* The release code r of p: false for a bad pointer (memcheck reported it when told); a release
@@ -617,36 +633,12 @@ static bool native_taken(void *p, uintptr_t r, int release, bool realloc_call) {
 }
 
 static void native_give(struct check_block *f) {
-  if (f->cls == KIND_MALLOC && !queue_off) return queue_push(f->b);   /* see "deferred releases" */
+  if (f->cls == KIND_MALLOC && !quick.queue_off) return queue_push(f->b);   /* see "deferred releases" */
   lock();   /* the pending headers (see "the stash") */
   uintptr_t r = native_call(native_free, (uintptr_t)f->b, 0);
   unlock();
   if (native_taken(f->b, r, f->cls, false)) profile_free(r >> 8);
   cxx_gone(r);
-}
-
-/* ---- the short ways (memcheck) ----------------------------------------------------------- */
-/* malloc of a stashed size and free while releases are queued: under check_flag, with the
- * requests' arguments in req (owned with the flag), and with no call but flush_locked's (one
- * free in QUEUE_LEN), so that these need no stack frame: memcheck instruments every change of
- * the stack pointer, and every load and store. A contended flag, and a native call finding a
- * lock held, spin: memcheck runs one thread at a time and switches when the spinning thread's
- * time slice ends. */
-static uintptr_t req[6];
-
-static void flag_take(void) {
-  while (atomic_flag_test_and_set_explicit(&check_flag, memory_order_acquire)) __builtin_ia32_pause();
-}
-static void flag_give(void) { atomic_flag_clear_explicit(&check_flag, memory_order_release); }
-
-static uintptr_t req_native(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), uintptr_t a, uintptr_t b) {
-  uintptr_t r;
-  req[0] = VG_USERREQ__CLIENT_CALL2;
-  req[1] = (uintptr_t)fn;
-  req[2] = a;
-  req[3] = b;
-  while ((r = vg_request(req, 0)) == NATIVE_BUSY) __builtin_ia32_pause();
-  return r;
 }
 
 /* ---- the API's functions, under the API's names ------------------------------------------- */
@@ -661,31 +653,6 @@ static void *named_realloc(void *p, size_t size) NAMED("realloc");
 static int named_posix_memalign(void **memptr, size_t align, size_t size) NAMED("posix_memalign");
 
 static void *named_malloc(size_t size) {
-  if (likely(size < stash.lim)) {   /* memcheck, native, no profile: see "the stash" */
-    unsigned c = fm_pool.cls_of[(size + LEAN_LEAD + FM_ALIGN - 1) / FM_ALIGN] - 1u;
-    flag_take();
-    unsigned n = stash.n[c];
-    if (unlikely(!n)) n = (unsigned)(req_native(native_fill, c, size + LEAN_LEAD) >> 4);
-    if (likely(n)) {
-      uintptr_t p = ~stash.p[c][--n];
-      stash.n[c] = (uint8_t)n;
-      unsigned k = stash.npend;
-      stash.pend[k][0] = ~p;
-      stash.pend[k][1] = size;
-      stash.npend = k + 1;
-      if (unlikely(k + 1 == PENDING_LEN)) req_native(native_pending, 0, 0);
-      req[0] = VG_USERREQ__MALLOCLIKE_BLOCK;
-      req[1] = p;
-      req[2] = size;
-      req[3] = 0;   /* red zone */
-      req[4] = 0;   /* not zeroed */
-      vg_request(req, 0);
-      req[1] = 0;   /* see "the stash" */
-      flag_give();
-      return (void *)p;
-    }
-    flag_give();   /* none left: the way below hands the queue and the stash back and retries */
-  }
   if (likely(lean_malloc)) {   /* memcheck, native, no profile */
     uintptr_t p = VALGRIND_NON_SIMD_CALL2(native_new, size, FM_ALIGN | KIND_MALLOC);
     if (unlikely(p <= NATIVE_BUSY)) p = (uintptr_t)native_block(size, FM_ALIGN, KIND_MALLOC, false);   /* retry, flush, errno */
@@ -721,21 +688,6 @@ static void *named_calloc(size_t size) {
 
 static void named_free(void *p) {
   struct check_block f;
-  /* in the heap: neither NULL nor a bootstrap block; a bad pointer is found when the queue is
-   * handed over, after memcheck reported it */
-  if (likely(!queue_off) && (uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
-    flag_take();   /* memcheck, native: queued */
-    req[0] = VG_USERREQ__FREELIKE_BLOCK;
-    req[1] = (uintptr_t)p;
-    req[2] = 0;   /* red zone */
-    vg_request(req, 0);
-    unsigned n = queue.n;
-    queue.p[n] = (uintptr_t)p;
-    __atomic_store_n(&queue.n, n + 1, __ATOMIC_RELEASE);
-    if (unlikely(n + 1 == QUEUE_LEN)) flush_locked();
-    flag_give();
-    return;
-  }
   if (!p) return;
   if (forward && !boot_owns(p)) return tool_heap.free(p);
   int r = check_take_block(p, KIND_MALLOC, &f);
@@ -841,10 +793,10 @@ static int named_posix_memalign(void **memptr, size_t align, size_t size) {
 
 int check_posix_memalign(void **memptr, size_t align, size_t size) { return named_posix_memalign(memptr, align, size); }
 
-void *check_malloc(size_t size) { return named_malloc(size); }
+void *check_malloc_long(size_t size) { return named_malloc(size); }
 void *check_memalign(size_t size, size_t align) { return named_memalign(size, align); }
 void *check_calloc(size_t n) { return named_calloc(n); }
-void check_free(void *p) { named_free(p); }
+void check_free_long(void *p) { named_free(p); }
 void *check_realloc(void *p, size_t size) { return named_realloc(p, size); }
 
 size_t check_usable(void *p) {
@@ -955,16 +907,16 @@ void *check_pool_map(size_t size) {
   return p + 1;
 }
 
-/* A child whose fork came while another thread held check_flag drops the queue, the stash and
+/* A child whose fork came while another thread held quick.flag drops the queue, the stash and
  * the pending list, which that thread may have been changing (their blocks stay out). */
 static void check_after_fork(void) {
   pthread_mutex_init(&check_lock, NULL);
-  if (atomic_flag_test_and_set(&check_flag)) {
-    queue.n = 0;
-    memset(stash.n, 0, sizeof stash.n);
-    stash.npend = 0;
+  if (atomic_flag_test_and_set(&quick.flag)) {
+    quick.nqueue = 0;
+    memset(quick.nstash, 0, sizeof quick.nstash);
+    quick.npend = 0;
   }
-  atomic_flag_clear(&check_flag);
+  atomic_flag_clear(&quick.flag);
 }
 
 /* Under Valgrind the block area starts inaccessible (memcheck: blocks become addressable as
@@ -990,8 +942,8 @@ void check_pool_start(void) {
   lean_malloc = native && !fm_pool.opt.profile;
   if (lean_malloc)
     for (unsigned c = 0; c < fm_pool.nclass && fm_pool.cls[c].size <= STASH_CLASS_MAX; c++)
-      if (fm_pool.cls[c].size > LEAN_LEAD) stash.lim = fm_pool.cls[c].size - LEAN_LEAD + 1;
-  if (native && held.max) queue_off = 0;   /* no new block is live yet: only native calls count them */
+      if (fm_pool.cls[c].size > LEAN_LEAD) quick.stash_lim = fm_pool.cls[c].size - LEAN_LEAD + 1;
+  if (native && held.max) quick.queue_off = 0;   /* no new block is live yet: only native calls count them */
 }
 
 /* Runs after the program's and the other libraries' exit handlers: memcheck forgets the heap
@@ -1001,8 +953,8 @@ void check_pool_start(void) {
 __attribute__((destructor)) static void check_pool_end(void) {
   if (!heap_block) return;
   lean_malloc = false;
-  stash.lim = 0;
-  queue_off++;
+  quick.stash_lim = 0;
+  quick.queue_off++;
   pool_gone = true;
   VALGRIND_DISABLE_ERROR_REPORTING;   /* a malloc'ed block freed as a custom one */
   VALGRIND_FREELIKE_BLOCK(heap_block, 0);

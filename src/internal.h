@@ -82,7 +82,7 @@ hidden void *block_alloc(size_t size);
 hidden void *block_alloc_aligned(size_t align, size_t size);
 hidden void block_free(void *p);          /* validated: stops on a bad pointer */
 hidden size_t block_usable(const void *p);
-hidden void *block_alloc_direct(size_t size);   /* native code (check.c): no cache, no errno */
+hidden void *block_alloc_direct(size_t size);   /* native code (check.c): its own cache, no errno */
 hidden bool block_free_direct(void *p);         /* native code: false for a bad pointer, no stop */
 
 /* pool.c: start-up and the bootstrap buffer */
@@ -91,7 +91,7 @@ hidden void *boot_alloc(size_t size, size_t align);
 hidden bool boot_owns(const void *p);
 hidden size_t boot_usable(const void *p);
 
-/* check.c: checking mode and memcheck */
+/* check.c: checking mode and memcheck (malloc and free through check_short.c) */
 hidden void *check_malloc(size_t size);
 hidden void *check_memalign(size_t size, size_t align);
 hidden void check_free(void *p);

@@ -129,6 +129,38 @@ struct check_block {
 hidden int check_take_block(void *p, int release, struct check_block *f);
 hidden void check_give_block(struct check_block *f);
 
+/* ---- memcheck's short ways (check_short.c), and what they share with check.c -------------- */
+/* malloc of a stashed size and free while releases are queued (see "the stash" and "deferred
+ * releases" in check.c) live in a file of their own: their local functions are named malloc and
+ * free, as check.c's, and reach check.c's only by tail calls, so that they need no stack frame
+ * (memcheck instruments every change of the stack pointer) and the stacks still start at the
+ * program's call. */
+#define CANARY_MIN 8u                           /* bytes of canary at least */
+#define LEAN_LEAD (2 * FM_ALIGN + CANARY_MIN)   /* header and canary around a malloc block */
+#define QUEUE_LEN 64u
+#define STASH_LEN 32u
+#define PENDING_LEN 64u
+#define NATIVE_BUSY 15u   /* neither a block (16-aligned) nor a release code (verdict < 15) */
+struct check_quick {
+  atomic_flag flag;                         /* memcheck's lock (check.c's lock()) for all below */
+  uintptr_t req[6];                         /* the short ways' requests */
+  uintptr_t queue[QUEUE_LEN];               /* freed pointers; the flush puts release codes here */
+  unsigned nqueue;
+  _Atomic size_t queue_off;                 /* see check.c: 0 while free queues its releases */
+  size_t stash_lim;                         /* sizes below are stashed; 0 while there is no stash */
+  uint8_t nstash[FM_CLASS_MAX];
+  uintptr_t stash[FM_CLASS_MAX][STASH_LEN];   /* ~the program's pointers (see "the stash") */
+  uintptr_t pend[PENDING_LEN][2];             /* ~the program's pointer, its size */
+  unsigned npend;
+};
+hidden extern struct check_quick quick;
+hidden uintptr_t check_native_fill(uintptr_t tid, uintptr_t c, uintptr_t size);
+hidden uintptr_t check_native_pending(uintptr_t tid, uintptr_t unused1, uintptr_t unused2);
+hidden void check_flush_locked(void);
+hidden void check_flush_unlock(void);   /* check_flush_locked, then quick.flag released */
+hidden void *check_malloc_long(size_t size);   /* check.c's named malloc */
+hidden void check_free_long(void *p);          /* check.c's named free */
+
 /* pool.c: which tool (true under any), then under memcheck the pool comes from memcheck's own heap (see check.c). */
 hidden bool check_setup(void);
 hidden bool check_pool_heap(void);

@@ -1,0 +1,79 @@
+/* memcheck's short ways: malloc of a stashed size and free while releases are queued (see "the
+ * stash" and "deferred releases" in check.c). Under quick.flag, with the requests' arguments in
+ * quick.req, and with no call: every other way out is a tail call to check.c (its functions of
+ * the same names, or the flush of a full queue). So these need no stack frame, whose every change
+ * memcheck instruments, as it instruments every load and store here. A contended flag and a
+ * native call finding a lock held spin: memcheck runs one thread at a time and switches when
+ * the spinning thread's time slice ends. */
+#include "internal.h"
+#include "vg.h"
+
+#define NAMED(fn) __asm__(fn) noinline __attribute__((used))
+static void *named_malloc(size_t size) NAMED("malloc");
+static void named_free(void *p) NAMED("free");
+
+void *check_malloc(size_t size) { return named_malloc(size); }
+void check_free(void *p) { named_free(p); }
+
+static void flag_take(void) {
+  while (atomic_flag_test_and_set_explicit(&quick.flag, memory_order_acquire)) __builtin_ia32_pause();
+}
+static void flag_give(void) { atomic_flag_clear_explicit(&quick.flag, memory_order_release); }
+
+static uintptr_t native(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), uintptr_t a, uintptr_t b) {
+  uintptr_t r;
+  quick.req[0] = VG_USERREQ__CLIENT_CALL2;
+  quick.req[1] = (uintptr_t)fn;
+  quick.req[2] = a;
+  quick.req[3] = b;
+  while ((r = vg_request(quick.req, 0)) == NATIVE_BUSY) __builtin_ia32_pause();
+  return r;
+}
+
+static void *named_malloc(size_t size) {
+  if (likely(size < quick.stash_lim)) {   /* memcheck, native calls, no profile */
+    unsigned c = fm_pool.cls_of[(size + LEAN_LEAD + FM_ALIGN - 1) / FM_ALIGN] - 1u;
+    flag_take();
+    unsigned n = quick.nstash[c];
+    if (unlikely(!n)) n = (unsigned)(native(check_native_fill, c, size + LEAN_LEAD) >> 4);
+    if (likely(n)) {
+      uintptr_t p = ~quick.stash[c][--n];
+      quick.nstash[c] = (uint8_t)n;
+      unsigned k = quick.npend;
+      quick.pend[k][0] = ~p;
+      quick.pend[k][1] = size;
+      quick.npend = k + 1;
+      if (unlikely(k + 1 == PENDING_LEN)) native(check_native_pending, 0, 0);
+      quick.req[0] = VG_USERREQ__MALLOCLIKE_BLOCK;
+      quick.req[1] = p;
+      quick.req[2] = size;
+      quick.req[3] = 0;   /* red zone */
+      quick.req[4] = 0;   /* not zeroed */
+      vg_request(quick.req, 0);
+      quick.req[1] = 0;   /* memcheck's leak search reads this as a root */
+      flag_give();
+      return (void *)p;
+    }
+    flag_give();   /* none left: check.c's way hands the queue and the stash back and retries */
+  }
+  return check_malloc_long(size);
+}
+
+/* In the heap: neither NULL nor a bootstrap block. A bad pointer is found when the queue is
+ * handed over, after memcheck reported it. */
+static void named_free(void *p) {
+  if (likely(!quick.queue_off) && (uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
+    flag_take();
+    quick.req[0] = VG_USERREQ__FREELIKE_BLOCK;
+    quick.req[1] = (uintptr_t)p;
+    quick.req[2] = 0;   /* red zone */
+    vg_request(quick.req, 0);
+    unsigned n = quick.nqueue;
+    quick.queue[n] = (uintptr_t)p;
+    __atomic_store_n(&quick.nqueue, n + 1, __ATOMIC_RELEASE);
+    if (unlikely(n + 1 == QUEUE_LEN)) return check_flush_unlock();
+    flag_give();
+    return;
+  }
+  return check_free_long(p);
+}

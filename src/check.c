@@ -85,7 +85,11 @@ static void unlock(void) {
   else atomic_flag_clear_explicit(&quick.flag, memory_order_release);
 }
 
-struct check_quick quick = {.flag = ATOMIC_FLAG_INIT, .queue_off = 1};
+struct check_quick quick = {.flag = ATOMIC_FLAG_INIT,
+                             .malloc_req = {VG_USERREQ__MALLOCLIKE_BLOCK},
+                             .free_req = {VG_USERREQ__FREELIKE_BLOCK},
+                             .call_req = {VG_USERREQ__CLIENT_CALL2},
+                             .queue_off = 1};
 
 /* ---- layout helpers ---------------------------------------------------------------------- */
 static uint32_t magic(const struct check_hdr *h, bool live) {
@@ -446,27 +450,28 @@ static uintptr_t native_new(uintptr_t tid, uintptr_t size, uintptr_t how) {
 
 /* ---- the stash (memcheck, native) ------------------------------------------------------- */
 /* malloc of a small block takes it from a stash per class, which one native call fills with
- * up to STASH_LEN blocks, and notes the block and its size in the pending list; a later native
- * call writes their headers. Every native call that reads a header (releases, realloc,
- * malloc_usable_size) writes the pending ones first. So malloc costs one request, MALLOCLIKE,
- * as glibc's malloc under memcheck costs one call into memcheck. A stashed block is LIVE to the
- * allocator and its header still its last life's (freed, or none): a stray free of it is not
- * taken. The stash and the pending list change only under quick.flag, and the native calls
- * that use them are made with it held. Before mallinfo, malloc_trim and after a failed
- * allocation the stash goes back to the classes (check_release_queued). memcheck's leak search
- * reads this library's data as a root: the stash and the pending list keep their pointers
- * inverted, and malloc clears the request's copy, so that a leaked block never looks reachable
- * from here. */
+ * up to STASH_LEN blocks, and notes the size it asked for beside the taken slot; a later native
+ * call writes the taken blocks' headers. Every native call that reads a header (releases,
+ * realloc, malloc_usable_size) writes the waiting ones first. So malloc costs one request,
+ * MALLOCLIKE, as glibc's malloc under memcheck costs one call into memcheck. A stashed block is
+ * LIVE to the allocator and its header still its last life's (freed, or none): a stray free of
+ * it is not taken. The stash changes only under quick.flag, and the native calls that use it
+ * are made with the flag held. Before mallinfo, malloc_trim and after a failed allocation the
+ * stash goes back to the classes (check_release_queued). memcheck's leak search reads this
+ * library's data as a root: the stash keeps its pointers inverted, and malloc clears the
+ * request's copy, so that a leaked block never looks reachable from here. */
 #define STASH_BYTES ((size_t)64 << 10)   /* most bytes one fill takes */
 #define STASH_CLASS_MAX 8192u            /* largest class stashed: eight blocks a fill */
 
 static void pending_write(void) {
-  for (unsigned i = 0; i < quick.npend; i++)
-    block_head((uint8_t *)~quick.pend[i][0] - 2 * FM_ALIGN, quick.pend[i][1], FM_ALIGN, KIND_MALLOC);
-  quick.npend = 0;
+  for (unsigned c = 0; c < fm_pool.nclass; c++) {
+    for (unsigned i = quick.nstash[c]; i < quick.nfilled[c]; i++)
+      block_head((uint8_t *)~quick.stash[c][i] - 2 * FM_ALIGN, quick.asked[c][i], FM_ALIGN, KIND_MALLOC);
+    quick.nfilled[c] = quick.nstash[c];
+  }
 }
 
-uintptr_t check_native_pending(uintptr_t tid, uintptr_t unused1, uintptr_t unused2) {
+static uintptr_t native_pending(uintptr_t tid, uintptr_t unused1, uintptr_t unused2) {
   (void)tid, (void)unused1, (void)unused2;
   if (!native_enter()) return NATIVE_BUSY;
   pending_write();
@@ -485,7 +490,7 @@ uintptr_t check_native_fill(uintptr_t tid, uintptr_t c, uintptr_t size) {
     if (!b) break;
     quick.stash[c][n++] = ~((uintptr_t)b + 2 * FM_ALIGN);
   }
-  quick.nstash[c] = (uint8_t)n;
+  quick.nstash[c] = quick.nfilled[c] = (uint8_t)n;
   return native_leave((uintptr_t)n << 4);
 }
 
@@ -496,7 +501,7 @@ static uintptr_t native_unstash(uintptr_t tid, uintptr_t unused1, uintptr_t unus
   pending_write();
   for (unsigned c = 0; c < fm_pool.nclass; c++) {
     for (unsigned i = 0; i < quick.nstash[c]; i++) give_back((uint8_t *)~quick.stash[c][i] - 2 * FM_ALIGN);
-    quick.nstash[c] = 0;
+    quick.nstash[c] = quick.nfilled[c] = 0;
   }
   return native_leave(0);
 }
@@ -588,7 +593,7 @@ void check_release_queued(void) {
 static void pending_flush(void) {
   if (!native || pool_gone) return;
   lock();
-  if (quick.npend) native_call(check_native_pending, 0, 0);
+  native_call(native_pending, 0, 0);
   unlock();
 }
 
@@ -914,7 +919,7 @@ static void check_after_fork(void) {
   if (atomic_flag_test_and_set(&quick.flag)) {
     quick.nqueue = 0;
     memset(quick.nstash, 0, sizeof quick.nstash);
-    quick.npend = 0;
+    memset(quick.nfilled, 0, sizeof quick.nfilled);
   }
   atomic_flag_clear(&quick.flag);
 }

@@ -1,6 +1,6 @@
 /* memcheck's short ways: malloc of a stashed size and free while releases are queued (see "the
  * stash" and "deferred releases" in check.c). Under quick.flag, with the requests' arguments in
- * quick.req, and with no call: every other way out is a tail call to check.c (its functions of
+ * quick's static blocks, and with no call: every other way out is a tail call to check.c (its functions of
  * the same names, or the flush of a full queue). So these need no stack frame, whose every change
  * memcheck instruments, as it instruments every load and store here. A contended flag and a
  * native call finding a lock held spin: memcheck runs one thread at a time and switches when
@@ -22,11 +22,10 @@ static void flag_give(void) { atomic_flag_clear_explicit(&quick.flag, memory_ord
 
 static uintptr_t native(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), uintptr_t a, uintptr_t b) {
   uintptr_t r;
-  quick.req[0] = VG_USERREQ__CLIENT_CALL2;
-  quick.req[1] = (uintptr_t)fn;
-  quick.req[2] = a;
-  quick.req[3] = b;
-  while ((r = vg_request(quick.req, 0)) == NATIVE_BUSY) __builtin_ia32_pause();
+  quick.call_req[1] = (uintptr_t)fn;
+  quick.call_req[2] = a;
+  quick.call_req[3] = b;
+  while ((r = vg_request(quick.call_req, 0)) == NATIVE_BUSY) __builtin_ia32_pause();
   return r;
 }
 
@@ -39,18 +38,11 @@ static void *named_malloc(size_t size) {
     if (likely(n)) {
       uintptr_t p = ~quick.stash[c][--n];
       quick.nstash[c] = (uint8_t)n;
-      unsigned k = quick.npend;
-      quick.pend[k][0] = ~p;
-      quick.pend[k][1] = size;
-      quick.npend = k + 1;
-      if (unlikely(k + 1 == PENDING_LEN)) native(check_native_pending, 0, 0);
-      quick.req[0] = VG_USERREQ__MALLOCLIKE_BLOCK;
-      quick.req[1] = p;
-      quick.req[2] = size;
-      quick.req[3] = 0;   /* red zone */
-      quick.req[4] = 0;   /* not zeroed */
-      vg_request(quick.req, 0);
-      quick.req[1] = 0;   /* memcheck's leak search reads this as a root */
+      quick.asked[c][n] = (uint32_t)size;
+      quick.malloc_req[1] = p;
+      quick.malloc_req[2] = size;
+      vg_request(quick.malloc_req, 0);
+      quick.malloc_req[1] = 0;   /* memcheck's leak search reads this as a root */
       flag_give();
       return (void *)p;
     }
@@ -64,10 +56,8 @@ static void *named_malloc(size_t size) {
 static void named_free(void *p) {
   if (likely(!quick.queue_off) && (uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
     flag_take();
-    quick.req[0] = VG_USERREQ__FREELIKE_BLOCK;
-    quick.req[1] = (uintptr_t)p;
-    quick.req[2] = 0;   /* red zone */
-    vg_request(quick.req, 0);
+    quick.free_req[1] = (uintptr_t)p;
+    vg_request(quick.free_req, 0);
     unsigned n = quick.nqueue;
     quick.queue[n] = (uintptr_t)p;
     __atomic_store_n(&quick.nqueue, n + 1, __ATOMIC_RELEASE);

@@ -38,6 +38,9 @@
 #define VALGRIND_DRD_IGNORE(a, s) ((void)(a), (void)(s))
 #define VALGRIND_DRD_WATCH(a, s) ((void)(a), (void)(s))
 #define VALGRIND_NON_SIMD_CALL2(f, a, b) ((void)(f), (void)(a), (void)(b), 0ul)
+#define VG_USERREQ__MALLOCLIKE_BLOCK 0
+#define VG_USERREQ__FREELIKE_BLOCK 0
+#define VG_USERREQ__CLIENT_CALL2 0
 #endif
 
 /* A client request whose arguments (the request's code first) the caller put in args, for
@@ -139,23 +142,23 @@ hidden void check_give_block(struct check_block *f);
 #define LEAN_LEAD (2 * FM_ALIGN + CANARY_MIN)   /* header and canary around a malloc block */
 #define QUEUE_LEN 64u
 #define STASH_LEN 32u
-#define PENDING_LEN 64u
 #define NATIVE_BUSY 15u   /* neither a block (16-aligned) nor a release code (verdict < 15) */
 struct check_quick {
-  atomic_flag flag;                         /* memcheck's lock (check.c's lock()) for all below */
-  uintptr_t req[6];                         /* the short ways' requests */
-  uintptr_t queue[QUEUE_LEN];               /* freed pointers; the flush puts release codes here */
+  atomic_flag flag;                /* memcheck's lock (check.c's lock()) for all below */
+  uintptr_t malloc_req[5];         /* MALLOCLIKE: code, block, size, red zone 0, not zeroed */
+  uintptr_t free_req[3];           /* FREELIKE: code, block, red zone 0 */
+  uintptr_t call_req[4];           /* CLIENT_CALL2: code, function, two arguments */
+  uintptr_t queue[QUEUE_LEN];      /* freed pointers; the flush puts release codes here */
   unsigned nqueue;
-  _Atomic size_t queue_off;                 /* see check.c: 0 while free queues its releases */
-  size_t stash_lim;                         /* sizes below are stashed; 0 while there is no stash */
-  uint8_t nstash[FM_CLASS_MAX];
+  _Atomic size_t queue_off;        /* see check.c: 0 while free queues its releases */
+  size_t stash_lim;                /* sizes below are stashed; 0 while there is no stash */
+  uint8_t nstash[FM_CLASS_MAX];    /* blocks left in each class's stash; slots nstash to */
+  uint8_t nfilled[FM_CLASS_MAX];   /* nfilled - 1 were taken and wait for their headers */
+  uint32_t asked[FM_CLASS_MAX][STASH_LEN];    /* the size malloc asked for, of taken slots */
   uintptr_t stash[FM_CLASS_MAX][STASH_LEN];   /* ~the program's pointers (see "the stash") */
-  uintptr_t pend[PENDING_LEN][2];             /* ~the program's pointer, its size */
-  unsigned npend;
 };
 hidden extern struct check_quick quick;
 hidden uintptr_t check_native_fill(uintptr_t tid, uintptr_t c, uintptr_t size);
-hidden uintptr_t check_native_pending(uintptr_t tid, uintptr_t unused1, uintptr_t unused2);
 hidden void check_flush_locked(void);
 hidden void check_flush_unlock(void);   /* check_flush_locked, then quick.flag released */
 hidden void *check_malloc_long(size_t size);   /* check.c's named malloc */

@@ -598,6 +598,19 @@ static void pending_flush(void) {
 }
 
 
+/* A block for malloc(size) from the stash, for realloc (check_short.c's malloc takes its own);
+ * NULL when size is not stashed or none is left. */
+static void *stash_take(size_t size) {
+  if (size >= quick.stash_lim) return NULL;
+  unsigned c = check_stash_class(size);
+  lock();
+  unsigned n = quick.nstash[c];
+  if (!n) n = (unsigned)(native_call(check_native_fill, c, size + LEAN_LEAD) >> 4);
+  uintptr_t p = n ? check_stash_pop(c, n, size) : 0;
+  unlock();
+  return (void *)p;
+}
+
 /* Only under memcheck, whose lock() is quick.flag: taken here directly. */
 static void queue_push(void *p) {
   while (atomic_flag_test_and_set_explicit(&quick.flag, memory_order_acquire)) sched_yield();
@@ -706,7 +719,8 @@ static void *named_realloc(void *p, size_t size) {
   struct check_block f;
   if (forward && !boot_owns(p)) return tool_heap.realloc(p, size);
   if (!p) {   /* realloc(NULL, n) is malloc(n), and the tool's stack says realloc */
-    void *q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
+    void *q = stash_take(size);
+    if (!q) q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
     if (q && !pool_gone) vg_alloced(q, size, false);
     return q;
   }
@@ -742,11 +756,16 @@ static void *named_realloc(void *p, size_t size) {
       profile_alloc(size);
       return p;
     }
-    void *q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
+    void *q = stash_take(size);
+    if (!q) q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
     if (!q) return NULL;
     vg_alloced(q, size, false);
     memcpy(q, p, old < size ? old : size);
     vg_freed(p, old);
+    if (!quick.queue_off) {   /* no new or new[] block is live: p is a malloc block */
+      queue_push(p);
+      return q;
+    }
     lock();
     r = native_call(native_free, (uintptr_t)p, 0);
     unlock();

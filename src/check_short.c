@@ -31,14 +31,12 @@ static uintptr_t native(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), uintpt
 
 static void *named_malloc(size_t size) {
   if (likely(size < quick.stash_lim)) {   /* memcheck, native calls, no profile */
-    unsigned c = fm_pool.cls_of[(size + LEAN_LEAD + FM_ALIGN - 1) / FM_ALIGN] - 1u;
+    unsigned c = check_stash_class(size);
     flag_take();
     unsigned n = quick.nstash[c];
     if (unlikely(!n)) n = (unsigned)(native(check_native_fill, c, size + LEAN_LEAD) >> 4);
     if (likely(n)) {
-      uintptr_t p = ~quick.stash[c][--n];
-      quick.nstash[c] = (uint8_t)n;
-      quick.asked[c][n] = (uint32_t)size;
+      uintptr_t p = check_stash_pop(c, n, size);
       quick.malloc_req[1] = p;
       quick.malloc_req[2] = size;
       vg_request(quick.malloc_req, 0);

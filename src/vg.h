@@ -158,6 +158,19 @@ struct check_quick {
   uintptr_t stash[FM_CLASS_MAX][STASH_LEN];   /* ~the program's pointers (see "the stash") */
 };
 hidden extern struct check_quick quick;
+
+/* The stash's class for malloc(size), size below quick.stash_lim. */
+static inline unsigned check_stash_class(size_t size) {
+  return fm_pool.cls_of[(size + LEAN_LEAD + FM_ALIGN - 1) / FM_ALIGN] - 1u;
+}
+
+/* Takes the last of class c's n > 0 stashed blocks for malloc(size); quick.flag held. */
+static inline uintptr_t check_stash_pop(unsigned c, unsigned n, size_t size) {
+  uintptr_t p = ~quick.stash[c][--n];
+  quick.nstash[c] = (uint8_t)n;
+  quick.asked[c][n] = (uint32_t)size;
+  return p;
+}
 hidden uintptr_t check_native_fill(uintptr_t tid, uintptr_t c, uintptr_t size);
 hidden void check_flush_locked(void);
 hidden void check_flush_unlock(void);   /* check_flush_locked, then quick.flag released */

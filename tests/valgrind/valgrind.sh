@@ -2,9 +2,9 @@
 # Valgrind's tools on flatmalloc's heap, each compared with the same tool on glibc's heap (the
 # tool's own allocator) or checked for the exact report. Runs valgrind itself; every check can
 # fail and none is skipped.
-#   valgrind.sh LIB LEAKS UAF CXX THREADS HEAP CANARY
+#   valgrind.sh LIB LEAKS UAF CXX THREADS HEAP CANARY STASH
 set -uo pipefail
-lib=$1 leaks=$2 uaf=$3 cxx=$4 threads=$5 heap=$6 canary=$7
+lib=$1 leaks=$2 uaf=$3 cxx=$4 threads=$5 heap=$6 canary=$7 stash=$8
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
@@ -78,6 +78,13 @@ done
 out=$(fm "$threads" trim)
 if grep -q "threads done" <<<"$out" && grep -q "ERROR SUMMARY: 0 errors" <<<"$out"; then ok "memcheck: threads beside malloc_trim and mallinfo2"
 else bad "memcheck threads trim" "$out"; fi
+
+# ---- memcheck: sizes and counts exact while malloc takes blocks from the stash ------------------
+out=$(fm "$stash")   # and its forked child: both summaries must say 0 errors
+if grep -q "stash done" <<<"$out" && [ "$(grep -c "ERROR SUMMARY: 0 errors" <<<"$out")" = 2 ] \
+   && ! grep -qE "ERROR SUMMARY: [1-9]" <<<"$out"; then
+  ok "memcheck: usable sizes, realloc, other threads, mallinfo2, fork and thread exit beside the stash"
+else bad "memcheck stash" "$out"; fi
 
 # ---- checking mode: the wrong release function --------------------------------------------------
 check_line() {   # case, then the fault's text

@@ -88,6 +88,7 @@ static void unlock(void) {
 struct check_quick quick = {.flag = ATOMIC_FLAG_INIT,
                              .malloc_req = {VG_USERREQ__MALLOCLIKE_BLOCK},
                              .free_req = {VG_USERREQ__FREELIKE_BLOCK},
+                             .resize_req = {VG_USERREQ__RESIZEINPLACE_BLOCK},
                              .call_req = {VG_USERREQ__CLIENT_CALL2},
                              .queue_off = 1};
 
@@ -415,7 +416,6 @@ void check_give_block(struct check_block *f) {
  * (statistics, malloc_trim, validators) returns NATIVE_BUSY and is retried after a yield.
  * Free blocks' pages are not given back to the system inside (no system calls). */
 #define NATIVE_ZERO 4u
-#define NATIVE_IN_PLACE 64u
 
 static bool native_enter(void) {
   if (atomic_load_explicit(&fm_pool.lockers, memory_order_relaxed)) return false;
@@ -463,11 +463,16 @@ static uintptr_t native_new(uintptr_t tid, uintptr_t size, uintptr_t how) {
 #define STASH_BYTES ((size_t)64 << 10)   /* most bytes one fill takes */
 #define STASH_CLASS_MAX 8192u            /* largest class stashed: eight blocks a fill */
 
+static uint64_t stash_filled;   /* classes whose stash has blocks or taken slots (native calls only) */
+_Static_assert(FM_CLASS_MAX <= 64, "one bit a class in stash_filled");
+
 static void pending_write(void) {
-  for (unsigned c = 0; c < fm_pool.nclass; c++) {
+  for (uint64_t m = stash_filled; m; m &= m - 1) {
+    unsigned c = (unsigned)__builtin_ctzll(m);
     for (unsigned i = quick.nstash[c]; i < quick.nfilled[c]; i++)
       block_head((uint8_t *)~quick.stash[c][i] - 2 * FM_ALIGN, quick.asked[c][i], FM_ALIGN, KIND_MALLOC);
     quick.nfilled[c] = quick.nstash[c];
+    if (!quick.nstash[c]) stash_filled &= ~(1ull << c);
   }
 }
 
@@ -491,6 +496,7 @@ uintptr_t check_native_fill(uintptr_t tid, uintptr_t c, uintptr_t size) {
     quick.stash[c][n++] = ~((uintptr_t)b + 2 * FM_ALIGN);
   }
   quick.nstash[c] = quick.nfilled[c] = (uint8_t)n;
+  if (n) stash_filled |= 1ull << c;
   return native_leave((uintptr_t)n << 4);
 }
 
@@ -503,6 +509,7 @@ static uintptr_t native_unstash(uintptr_t tid, uintptr_t unused1, uintptr_t unus
     for (unsigned i = 0; i < quick.nstash[c]; i++) give_back((uint8_t *)~quick.stash[c][i] - 2 * FM_ALIGN);
     quick.nstash[c] = quick.nfilled[c] = 0;
   }
+  stash_filled = 0;
   return native_leave(0);
 }
 
@@ -540,7 +547,7 @@ static bool queued(uintptr_t p) {
 }
 
 /* realloc: validates p; shrinks it in place when the new size leaves room for the canary. */
-static uintptr_t native_resize(uintptr_t tid, uintptr_t p, uintptr_t size) {
+uintptr_t check_native_resize(uintptr_t tid, uintptr_t p, uintptr_t size) {
   (void)tid;
   if (!native_enter()) return NATIVE_BUSY;
   pending_write();
@@ -742,7 +749,7 @@ static void *named_realloc(void *p, size_t size) {
   }
   if (native && !pool_gone) {
     lock();   /* the pending headers (see "the stash") */
-    uintptr_t r = native_call(native_resize, (uintptr_t)p, size);
+    uintptr_t r = native_call(check_native_resize, (uintptr_t)p, size);
     unlock();
     if (!native_taken(p, r, KIND_MALLOC, true)) {
       vg_freed(p, 0);   /* memcheck: "Invalid free() / delete / delete[] / realloc()" */
@@ -821,7 +828,7 @@ void *check_malloc_long(size_t size) { return named_malloc(size); }
 void *check_memalign(size_t size, size_t align) { return named_memalign(size, align); }
 void *check_calloc(size_t n) { return named_calloc(n); }
 void check_free_long(void *p) { named_free(p); }
-void *check_realloc(void *p, size_t size) { return named_realloc(p, size); }
+void *check_realloc_long(void *p, size_t size) { return named_realloc(p, size); }
 
 size_t check_usable(void *p) {
   struct check_block f;
@@ -939,6 +946,7 @@ static void check_after_fork(void) {
     quick.nqueue = 0;
     memset(quick.nstash, 0, sizeof quick.nstash);
     memset(quick.nfilled, 0, sizeof quick.nfilled);
+    stash_filled = 0;
   }
   atomic_flag_clear(&quick.flag);
 }

@@ -5,15 +5,19 @@
  * memcheck instruments, as it instruments every load and store here. A contended flag and a
  * native call finding a lock held spin: memcheck runs one thread at a time and switches when
  * the spinning thread's time slice ends. */
+#include <string.h>
+
 #include "internal.h"
 #include "vg.h"
 
 #define NAMED(fn) __asm__(fn) noinline __attribute__((used))
 static void *named_malloc(size_t size) NAMED("malloc");
 static void named_free(void *p) NAMED("free");
+static void *named_realloc(void *p, size_t size) NAMED("realloc");
 
 void *check_malloc(size_t size) { return named_malloc(size); }
 void check_free(void *p) { named_free(p); }
+void *check_realloc(void *p, size_t size) { return named_realloc(p, size); }
 
 static void flag_take(void) {
   while (atomic_flag_test_and_set_explicit(&quick.flag, memory_order_acquire)) __builtin_ia32_pause();
@@ -49,6 +53,12 @@ static void *named_malloc(size_t size) {
   return check_malloc_long(size);
 }
 
+static void queue_push(uintptr_t p) {
+  unsigned n = quick.nqueue;
+  quick.queue[n] = p;
+  __atomic_store_n(&quick.nqueue, n + 1, __ATOMIC_RELEASE);
+}
+
 /* In the heap: neither NULL nor a bootstrap block. A bad pointer is found when the queue is
  * handed over, after memcheck reported it. */
 static void named_free(void *p) {
@@ -56,12 +66,49 @@ static void named_free(void *p) {
     flag_take();
     quick.free_req[1] = (uintptr_t)p;
     vg_request(quick.free_req, 0);
-    unsigned n = quick.nqueue;
-    quick.queue[n] = (uintptr_t)p;
-    __atomic_store_n(&quick.nqueue, n + 1, __ATOMIC_RELEASE);
-    if (unlikely(n + 1 == QUEUE_LEN)) return check_flush_unlock();
+    queue_push((uintptr_t)p);
+    if (unlikely(quick.nqueue == QUEUE_LEN)) return check_flush_unlock();
     flag_give();
     return;
   }
   return check_free_long(p);
+}
+
+/* realloc of a block in the heap to a stashed size while releases are queued (no new or new[]
+ * block is live: p is a malloc block): one native call, as glibc's realloc under memcheck makes
+ * one call into memcheck, and memcheck's memcpy, which carries over which bytes are defined.
+ * This one has a stack frame (memcpy). A bad pointer takes check.c's way, which reports it. */
+static void *named_realloc(void *p, size_t size) {
+  if (likely(!quick.queue_off) && size && size < quick.stash_lim &&
+      (uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
+    flag_take();
+    uintptr_t r = native(check_native_resize, (uintptr_t)p, size);
+    size_t old = r >> 8;
+    if (likely((r & 15) == 0) && (r & NATIVE_IN_PLACE)) {   /* valid, and shrunk in place */
+      quick.resize_req[1] = (uintptr_t)p;
+      quick.resize_req[2] = old;
+      quick.resize_req[3] = size;
+      vg_request(quick.resize_req, 0);
+      flag_give();
+      return p;
+    }
+    unsigned c = check_stash_class(size), n = quick.nstash[c];
+    if (likely((r & 15) == 0) && !n) n = (unsigned)(native(check_native_fill, c, size + LEAN_LEAD) >> 4);
+    if (likely((r & 15) == 0) && n) {
+      uintptr_t q = check_stash_pop(c, n, size);
+      quick.malloc_req[1] = q;
+      quick.malloc_req[2] = size;
+      vg_request(quick.malloc_req, 0);
+      quick.malloc_req[1] = 0;
+      memcpy((void *)q, p, old < size ? old : size);
+      quick.free_req[1] = (uintptr_t)p;
+      vg_request(quick.free_req, 0);
+      queue_push((uintptr_t)p);
+      if (unlikely(quick.nqueue == QUEUE_LEN)) check_flush_locked();
+      flag_give();
+      return (void *)q;
+    }
+    flag_give();
+  }
+  return check_realloc_long(p, size);
 }

@@ -41,6 +41,7 @@
 #define VG_USERREQ__MALLOCLIKE_BLOCK 0
 #define VG_USERREQ__FREELIKE_BLOCK 0
 #define VG_USERREQ__CLIENT_CALL2 0
+#define VG_USERREQ__RESIZEINPLACE_BLOCK 0
 #endif
 
 /* A client request whose arguments (the request's code first) the caller put in args, for
@@ -143,10 +144,12 @@ hidden void check_give_block(struct check_block *f);
 #define QUEUE_LEN 64u
 #define STASH_LEN 32u
 #define NATIVE_BUSY 15u   /* neither a block (16-aligned) nor a release code (verdict < 15) */
+#define NATIVE_IN_PLACE 64u   /* in a release code: realloc shrank the block in place */
 struct check_quick {
   atomic_flag flag;                /* memcheck's lock (check.c's lock()) for all below */
   uintptr_t malloc_req[5];         /* MALLOCLIKE: code, block, size, red zone 0, not zeroed */
   uintptr_t free_req[3];           /* FREELIKE: code, block, red zone 0 */
+  uintptr_t resize_req[5];         /* RESIZEINPLACE: code, block, old size, new size, red zone 0 */
   uintptr_t call_req[4];           /* CLIENT_CALL2: code, function, two arguments */
   uintptr_t queue[QUEUE_LEN];      /* freed pointers; the flush puts release codes here */
   unsigned nqueue;
@@ -172,10 +175,12 @@ static inline uintptr_t check_stash_pop(unsigned c, unsigned n, size_t size) {
   return p;
 }
 hidden uintptr_t check_native_fill(uintptr_t tid, uintptr_t c, uintptr_t size);
+hidden uintptr_t check_native_resize(uintptr_t tid, uintptr_t p, uintptr_t size);   /* a release code */
 hidden void check_flush_locked(void);
 hidden void check_flush_unlock(void);   /* check_flush_locked, then quick.flag released */
 hidden void *check_malloc_long(size_t size);   /* check.c's named malloc */
 hidden void check_free_long(void *p);          /* check.c's named free */
+hidden void *check_realloc_long(void *p, size_t size);   /* check.c's named realloc */
 
 /* pool.c: which tool (true under any), then under memcheck the pool comes from memcheck's own heap (see check.c). */
 hidden bool check_setup(void);

@@ -91,7 +91,7 @@ hidden void *boot_alloc(size_t size, size_t align);
 hidden bool boot_owns(const void *p);
 hidden size_t boot_usable(const void *p);
 
-/* check.c: checking mode and memcheck (malloc and free through check_short.c) */
+/* check.c: checking mode and memcheck (malloc, free and realloc through check_short.c) */
 hidden void *check_malloc(size_t size);
 hidden void *check_memalign(size_t size, size_t align);
 hidden void check_free(void *p);

@@ -8,7 +8,7 @@
 #   options: --reps N (rounds, default 5)  --only P1,P2  --out DIR  --lib PATH (default
 #            build/preload/libflatmalloc.so)  --extra NAME=PATH (another libflatmalloc build,
 #            e.g. an older one, run like flatmalloc; repeatable)
-#            programs for --only: churn loop batch python sqlite
+#            programs for --only: churn loop batch realloc python sqlite
 #
 # Variants, the same program and arguments in each, stdout to /dev/null:
 #   glibc        valgrind -q PROG ARGS
@@ -16,7 +16,9 @@
 #   NAME         the same with LD_PRELOAD=PATH of --extra NAME=PATH
 # Programs: churn (tests/valgrind/churn.c, cc -O2: 400,000 mixed malloc/calloc/realloc/free,
 # 1,000 live blocks); loop (bench/memcheck/loop.c: 3M malloc(48)+free); batch
-# (bench/memcheck/batch.c: 3M malloc(48) into an array, then 3M frees; both -O2 -fno-builtin);
+# (bench/memcheck/batch.c: 3M malloc(48) into an array, then 3M frees); realloc
+# (bench/memcheck/realloc.c: 500,000 malloc(128), realloc to 300, free; the three -O2
+# -fno-builtin);
 # python (/usr/bin/python3.11 -s -c, PYTHONMALLOC=malloc: a 100,000-entry dict of lists and
 # tuples, its items sorted by a key); sqlite (/usr/bin/sqlite3 :memory: reading a script:
 # 20,000 rows of random hex text from a recursive CTE, an index, a GROUP BY).
@@ -39,7 +41,7 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BA
 log() { echo "memcheck-bench: $*" >&2; }
 die() { echo "memcheck-bench: $*" >&2; exit 2; }
 
-all_progs=(churn loop batch python sqlite)
+all_progs=(churn loop batch realloc python sqlite)
 reps=5 only='' out='' lib=$fm_build/preload/libflatmalloc.so extras=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -95,6 +97,7 @@ for v in "${variants[@]:1}"; do # a snapshot of each library: one build for ever
 done
 has_prog churn && cc -O2 "$fm_top/tests/valgrind/churn.c" -o "$tmp/churn"
 has_prog loop && cc -O2 -fno-builtin "$here/memcheck/loop.c" -o "$tmp/loop"
+has_prog realloc && cc -O2 -fno-builtin "$here/memcheck/realloc.c" -o "$tmp/realloc"
 has_prog batch && cc -O2 -fno-builtin "$here/memcheck/batch.c" -o "$tmp/batch"
 cat >"$tmp/dict.py" <<'EOF'
 d = {str(i): [i, str(i), (i, i * 2)] for i in range(100000)}
@@ -112,7 +115,7 @@ EOF
 cmd_for() {
   penv=()
   case "$1" in
-    churn|loop|batch) cmd=("$tmp/$1") ;;
+    churn|loop|batch|realloc) cmd=("$tmp/$1") ;;
     python) cmd=("$python" -s -c "$(cat "$tmp/dict.py")"); penv=(PYTHONMALLOC=malloc) ;;
     sqlite) cmd=(/usr/bin/sqlite3 :memory: ".read $tmp/groupby.sql") ;;
   esac

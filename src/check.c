@@ -581,13 +581,13 @@ void check_flush_locked(void) {
   quick.nqueue = 0;
 }
 
-/* The queued releases and the stash go back to the allocator (mallinfo, malloc_trim, a failed
- * allocation). */
 void check_flush_unlock(void) {
   check_flush_locked();
   unlock();
 }
 
+/* The queued releases and the stash go back to the allocator (mallinfo, malloc_trim, a failed
+ * allocation). */
 void check_release_queued(void) {
   if (!native) return;
   lock();
@@ -603,7 +603,6 @@ static void pending_flush(void) {
   native_call(native_pending, 0, 0);
   unlock();
 }
-
 
 /* A block for malloc(size) from the stash, for realloc (check_short.c's malloc takes its own);
  * NULL when size is not stashed or none is left. */
@@ -631,7 +630,7 @@ static void queue_push(void *p) {
 static void *native_block(size_t size, size_t align, enum check_kind kind, bool zero) {
   uintptr_t how = align | kind | (zero ? NATIVE_ZERO : 0);
   void *p = (void *)native_call(native_new, size, how);
-  if (!p && __atomic_load_n(&quick.nqueue, __ATOMIC_RELAXED)) {   /* the queued blocks may make room */
+  if (!p) {   /* the queued and the stashed blocks may make room */
     check_release_queued();
     p = (void *)native_call(native_new, size, how);
   }

@@ -1,10 +1,11 @@
-/* memcheck's short ways: malloc of a stashed size and free while releases are queued (see "the
- * stash" and "deferred releases" in check.c). Under quick.flag, with the requests' arguments in
- * quick's static blocks, and with no call: every other way out is a tail call to check.c (its functions of
- * the same names, or the flush of a full queue). So these need no stack frame, whose every change
- * memcheck instruments, as it instruments every load and store here. A contended flag and a
- * native call finding a lock held spin: memcheck runs one thread at a time and switches when
- * the spinning thread's time slice ends. */
+/* memcheck's short ways: malloc of a stashed size, free while releases are queued and realloc
+ * between the two (see "the stash" and "deferred releases" in check.c). Under quick.flag, with
+ * the requests' arguments in quick's static blocks. malloc and free make no call: every other
+ * way out is a tail call to check.c (its functions of the same names, or the flush of a full
+ * queue), so they need no stack frame, whose every change memcheck instruments, as it
+ * instruments every load and store here. A contended flag and a native call finding a lock
+ * held spin: memcheck runs one thread at a time and switches when the spinning thread's time
+ * slice ends. */
 #include <string.h>
 
 #include "internal.h"

@@ -134,11 +134,11 @@ hidden int check_take_block(void *p, int release, struct check_block *f);
 hidden void check_give_block(struct check_block *f);
 
 /* ---- memcheck's short ways (check_short.c), and what they share with check.c -------------- */
-/* malloc of a stashed size and free while releases are queued (see "the stash" and "deferred
- * releases" in check.c) live in a file of their own: their local functions are named malloc and
- * free, as check.c's, and reach check.c's only by tail calls, so that they need no stack frame
- * (memcheck instruments every change of the stack pointer) and the stacks still start at the
- * program's call. */
+/* malloc of a stashed size, free while releases are queued and realloc between the two (see
+ * "the stash" and "deferred releases" in check.c) live in a file of their own: their local
+ * functions are named malloc, free and realloc, as check.c's, and reach check.c's only by tail
+ * calls, so that malloc and free need no stack frame (memcheck instruments every change of the
+ * stack pointer) and the stacks still start at the program's call. */
 #define CANARY_MIN 8u                           /* bytes of canary at least */
 #define LEAN_LEAD (2 * FM_ALIGN + CANARY_MIN)   /* header and canary around a malloc block */
 #define QUEUE_LEN 64u

@@ -6,7 +6,10 @@
  *   threads     blocks malloc'ed by one thread are freed and realloc'ed by another
  *   mallinfo    mallinfo2's bytes in use grow by the blocks' size only (no stashed block)
  *   fork        the child allocates, frees and checks contents, with blocks stashed at the fork
- *   exit        threads leave with stashed blocks and live blocks; main frees the live ones */
+ *   exit        threads leave with stashed blocks and live blocks; main frees the live ones
+ * With the argument "exhaust" (run in a small pool): malloc(48) until NULL gives ENOMEM, no
+ * block is damaged, and after freeing half of them malloc serves again. */
+#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -132,7 +135,23 @@ static void exits(void) {
   }
 }
 
-int main(void) {
+static void *many[4000000];
+static int exhaust(void) {
+  size_t n = 0;
+  errno = 0;
+  while (n < sizeof many / sizeof many[0] && (many[n] = malloc(48))) fill(many[n], 48, (unsigned)n), n++;
+  if (n == sizeof many / sizeof many[0] || errno != ENOMEM) fail("exhaust: ENOMEM", n);
+  for (size_t i = 0; i < n; i++)
+    if (!same(many[i], 48, (unsigned)i)) fail("exhaust: contents", i);
+  for (size_t i = 0; i < n; i += 2) free(many[i]);
+  for (size_t i = 0; i < n / 4; i++)
+    if (!(many[2 * i] = malloc(48))) fail("exhaust: malloc after free", i);
+  printf("stash done (%zu blocks)\n", n);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "exhaust")) return exhaust();
   usable();
   grow_and_shrink();
   threads();

@@ -85,6 +85,9 @@ if grep -q "stash done" <<<"$out" && [ "$(grep -c "ERROR SUMMARY: 0 errors" <<<"
    && ! grep -qE "ERROR SUMMARY: [1-9]" <<<"$out"; then
   ok "memcheck: usable sizes, realloc, other threads, mallinfo2, fork and thread exit beside the stash"
 else bad "memcheck stash" "$out"; fi
+out=$(FLATMALLOC_POOL=64M fm "$stash" exhaust)
+if grep -q "stash done" <<<"$out" && grep -q "ERROR SUMMARY: 0 errors" <<<"$out"; then ok "memcheck: a 64M pool exhausted through the stash gives ENOMEM, then serves again after frees"
+else bad "memcheck stash exhaust" "$out"; fi
 
 # ---- checking mode: the wrong release function --------------------------------------------------
 check_line() {   # case, then the fault's text

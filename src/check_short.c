@@ -2,10 +2,10 @@
  * between the two (see "the stash" and "deferred releases" in check.c). Under quick.flag, with
  * the requests' arguments in quick's static blocks. malloc and free make no call: every other
  * way out is a tail call to check.c (its functions of the same names, or the flush of a full
- * queue), so they need no stack frame, whose every change memcheck instruments, as it
- * instruments every load and store here. A contended flag and a native call finding a lock
- * held spin: memcheck runs one thread at a time and switches when the spinning thread's time
- * slice ends. */
+ * queue, or a contended flag), so they need no stack frame, whose every change memcheck
+ * instruments, as it instruments every load and store here. A native call finding a lock held
+ * (rare: statistics, malloc_trim, validators) spins: memcheck runs one thread at a time and
+ * switches when the spinning thread's time slice ends. */
 #include <string.h>
 
 #include "internal.h"
@@ -20,9 +20,9 @@ void *check_malloc(size_t size) { return named_malloc(size); }
 void check_free(void *p) { named_free(p); }
 void *check_realloc(void *p, size_t size) { return named_realloc(p, size); }
 
-static void flag_take(void) {
-  while (atomic_flag_test_and_set_explicit(&quick.flag, memory_order_acquire)) __builtin_ia32_pause();
-}
+/* false when another thread holds the flag: the caller takes check.c's way, which waits with
+ * sched_yield (a system call, where Valgrind lets the holder run), a call these cannot make */
+static bool flag_take(void) { return !atomic_flag_test_and_set_explicit(&quick.flag, memory_order_acquire); }
 static void flag_give(void) { atomic_flag_clear_explicit(&quick.flag, memory_order_release); }
 
 static uintptr_t native(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), uintptr_t a, uintptr_t b) {
@@ -35,9 +35,8 @@ static uintptr_t native(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), uintpt
 }
 
 static void *named_malloc(size_t size) {
-  if (likely(size < quick.stash_lim)) {   /* memcheck, native calls, no profile */
+  if (likely(size < quick.stash_lim) && likely(flag_take())) {   /* memcheck, native calls, no profile */
     unsigned c = check_stash_class(size);
-    flag_take();
     unsigned n = quick.nstash[c];
     if (unlikely(!n)) n = (unsigned)(native(check_native_fill, c, size + LEAN_LEAD) >> 4);
     if (likely(n)) {
@@ -63,8 +62,7 @@ static void queue_push(uintptr_t p) {
 /* In the heap: neither NULL nor a bootstrap block. A bad pointer is found when the queue is
  * handed over, after memcheck reported it. */
 static void named_free(void *p) {
-  if (likely(!quick.queue_off) && (uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
-    flag_take();
+  if (likely(!quick.queue_off) && (uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size && likely(flag_take())) {
     quick.free_req[1] = (uintptr_t)p;
     vg_request(quick.free_req, 0);
     queue_push((uintptr_t)p);
@@ -81,8 +79,7 @@ static void named_free(void *p) {
  * This one has a stack frame (memcpy). A bad pointer takes check.c's way, which reports it. */
 static void *named_realloc(void *p, size_t size) {
   if (likely(!quick.queue_off) && size && size < quick.stash_lim &&
-      (uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
-    flag_take();
+      (uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size && flag_take()) {
     uintptr_t r = native(check_native_resize, (uintptr_t)p, size);
     size_t old = r >> 8;
     if (likely((r & 15) == 0) && (r & NATIVE_IN_PLACE)) {   /* valid, and shrunk in place */

@@ -620,10 +620,8 @@ static void *stash_take(size_t size) {
 /* Only under memcheck, whose lock() is quick.flag: taken here directly. */
 static void queue_push(void *p) {
   while (atomic_flag_test_and_set_explicit(&quick.flag, memory_order_acquire)) sched_yield();
-  unsigned n = quick.nqueue;
-  quick.queue[n] = (uintptr_t)p;
-  __atomic_store_n(&quick.nqueue, n + 1, __ATOMIC_RELEASE);
-  if (n + 1 == QUEUE_LEN) check_flush_locked();
+  check_queue_add((uintptr_t)p);
+  if (quick.nqueue == QUEUE_LEN) check_flush_locked();
   atomic_flag_clear_explicit(&quick.flag, memory_order_release);
 }
 

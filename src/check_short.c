@@ -53,19 +53,13 @@ static void *named_malloc(size_t size) {
   return check_malloc_long(size);
 }
 
-static void queue_push(uintptr_t p) {
-  unsigned n = quick.nqueue;
-  quick.queue[n] = p;
-  __atomic_store_n(&quick.nqueue, n + 1, __ATOMIC_RELEASE);
-}
-
 /* In the heap: neither NULL nor a bootstrap block. A bad pointer is found when the queue is
  * handed over, after memcheck reported it. */
 static void named_free(void *p) {
   if (likely(!quick.queue_off) && (uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size && likely(flag_take())) {
     quick.free_req[1] = (uintptr_t)p;
     vg_request(quick.free_req, 0);
-    queue_push((uintptr_t)p);
+    check_queue_add((uintptr_t)p);
     if (unlikely(quick.nqueue == QUEUE_LEN)) return check_flush_unlock();
     flag_give();
     return;
@@ -82,29 +76,31 @@ static void *named_realloc(void *p, size_t size) {
       (uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size && flag_take()) {
     uintptr_t r = native(check_native_resize, (uintptr_t)p, size);
     size_t old = r >> 8;
-    if (likely((r & 15) == 0) && (r & NATIVE_IN_PLACE)) {   /* valid, and shrunk in place */
-      quick.resize_req[1] = (uintptr_t)p;
-      quick.resize_req[2] = old;
-      quick.resize_req[3] = size;
-      vg_request(quick.resize_req, 0);
-      flag_give();
-      return p;
-    }
-    unsigned c = check_stash_class(size), n = quick.nstash[c];
-    if (likely((r & 15) == 0) && !n) n = (unsigned)(native(check_native_fill, c, size + LEAN_LEAD) >> 4);
-    if (likely((r & 15) == 0) && n) {
-      uintptr_t q = check_stash_pop(c, n, size);
-      quick.malloc_req[1] = q;
-      quick.malloc_req[2] = size;
-      vg_request(quick.malloc_req, 0);
-      quick.malloc_req[1] = 0;
-      memcpy((void *)q, p, old < size ? old : size);
-      quick.free_req[1] = (uintptr_t)p;
-      vg_request(quick.free_req, 0);
-      queue_push((uintptr_t)p);
-      if (unlikely(quick.nqueue == QUEUE_LEN)) check_flush_locked();
-      flag_give();
-      return (void *)q;
+    if (likely((r & 15) == 0)) {   /* valid */
+      if (r & NATIVE_IN_PLACE) {   /* shrunk in place */
+        quick.resize_req[1] = (uintptr_t)p;
+        quick.resize_req[2] = old;
+        quick.resize_req[3] = size;
+        vg_request(quick.resize_req, 0);
+        flag_give();
+        return p;
+      }
+      unsigned c = check_stash_class(size), n = quick.nstash[c];
+      if (!n) n = (unsigned)(native(check_native_fill, c, size + LEAN_LEAD) >> 4);
+      if (likely(n)) {
+        uintptr_t q = check_stash_pop(c, n, size);
+        quick.malloc_req[1] = q;
+        quick.malloc_req[2] = size;
+        vg_request(quick.malloc_req, 0);
+        quick.malloc_req[1] = 0;
+        memcpy((void *)q, p, old < size ? old : size);
+        quick.free_req[1] = (uintptr_t)p;
+        vg_request(quick.free_req, 0);
+        check_queue_add((uintptr_t)p);
+        if (unlikely(quick.nqueue == QUEUE_LEN)) check_flush_locked();
+        flag_give();
+        return (void *)q;
+      }
     }
     flag_give();
   }

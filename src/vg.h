@@ -174,6 +174,12 @@ static inline uintptr_t check_stash_pop(unsigned c, unsigned n, size_t size) {
   quick.asked[c][n] = (uint32_t)size;
   return p;
 }
+/* Appends released pointer p to the queue of frees; quick.flag held, the queue not full. */
+static inline void check_queue_add(uintptr_t p) {
+  unsigned n = quick.nqueue;
+  quick.queue[n] = p;
+  __atomic_store_n(&quick.nqueue, n + 1, __ATOMIC_RELEASE);
+}
 hidden uintptr_t check_native_fill(uintptr_t tid, uintptr_t c, uintptr_t size);
 hidden uintptr_t check_native_resize(uintptr_t tid, uintptr_t p, uintptr_t size);   /* a release code */
 hidden void check_flush_locked(void);

@@ -28,6 +28,23 @@ void fm_free_slow(void *p) {
   if (p) block_free(p);
 }
 
+/* Whether a fresh block of n bytes at p still reads as zero. A block up to a page is read
+ * whole; of a larger one the first and last 64 bytes, where a linear overflow or underflow from
+ * a neighbour must have written before it reached further (reading them faults in at most the
+ * two pages the program is about to write anyway, not the ones between). */
+static bool reads_zero(const void *p, size_t n) {
+  const uint64_t *w = p;
+  uint64_t any = 0;
+  if (n <= 4096) {
+    for (size_t i = 0; i < n / 8; i++) any |= w[i];
+  } else {
+    const uint64_t *e = (const uint64_t *)((const char *)p + (n & ~(size_t)7) - 64);
+    for (size_t i = 0; i < 8; i++) any |= w[i] | e[i];
+  }
+  for (size_t i = n & ~(size_t)7; i < n; i++) any |= ((const uint8_t *)p)[i];
+  return !any;
+}
+
 /* ---- entry points ------------------------------------------------------------------------ */
 void *flatmalloc_malloc(size_t size) { return fm_alloc(size); }
 
@@ -67,21 +84,22 @@ void *flatmalloc_calloc(size_t count, size_t size) {
     return p ? memset(p, 0, n) : NULL;
   }
   /* as fm_alloc, reading the state first: a block never handed out whose pages were never
-   * written reads as zero, and a memset would only fault its pages in */
+   * written should read as zero, and a memset would only fault its pages in; a stray write
+   * may have reached it all the same, so it is checked, not trusted */
   unsigned c1 = fm_pool.cls_of[(n + FM_ALIGN - 1) / FM_ALIGN];
   struct fm_tcache *tc = fm_tc;
   void **top = tc->top[c1], *p;
   bool zero;
   if (likely(top != tc->base[c1])) {
     tc->top[c1] = --top;
-    uint8_t *st = FM_ST_OF(top);
-    zero = st_load(st) == ST_ZERO;
-    st_store(st, ST_LIVE);
     p = *top;
+    fm_st *st = fm_st_of(p);
+    zero = st_load(st) == ST_ZERO;
+    st_store(st, tc->tag);
   } else if (!(p = tcache_alloc(c1 - 1, true, &zero))) {
     return NULL;
   }
-  return zero ? p : memset(p, 0, n);
+  return zero && reads_zero(p, n) ? p : memset(p, 0, n);
 }
 
 /* Memory aligned to align (a power of two). */
@@ -166,6 +184,7 @@ int flatmalloc_malloc_trim(size_t pad) {
   (void)pad;
   if (!pool_ready()) return 0;
   check_release_queued();   /* memcheck: frees still queued (check.c) */
+  tcache_collect();         /* blocks other threads freed for this one */
   return span_trim();
 }
 

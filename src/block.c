@@ -58,9 +58,9 @@ void *block_alloc_direct(size_t size) {
 
 bool block_free_direct(void *p) {
   int c = class_at(p);
-  uint8_t *st;
+  fm_st *st;
   if (c >= 0) {
-    if (class_block(p, (unsigned)c, &st) != p || st_load(st) != ST_LIVE) return false;
+    if (class_block(p, (unsigned)c, &st) != p || !st_live(st_load(st))) return false;
     tcache_free_direct(p, (unsigned)c, st);
     return true;
   }

@@ -57,11 +57,11 @@ hidden bool large_resize(void *p, size_t size);
 hidden void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chunks);
 hidden unsigned class_of(size_t size);
 hidden int class_at(const void *p);   /* class of the span holding p, or -1 */
-hidden void *class_block(const void *p, unsigned c, uint8_t **st);
-hidden uint8_t *class_verify(const void *p, unsigned c);   /* state byte of LIVE block p, or stops */
-hidden uint32_t class_take(unsigned c, void **p, uint8_t **st, uint32_t want, bool grow);
-hidden void class_give(unsigned c, void *const *p, uint8_t *const *st, uint32_t n);
-hidden void class_note(unsigned c, bool borrowed);
+hidden void *class_block(const void *p, unsigned c, fm_st **st);
+hidden fm_st *class_verify(const void *p, unsigned c);   /* state of LIVE block p, or stops */
+hidden uint32_t class_take(unsigned c, unsigned shard, void **p, uint32_t want, bool grow);
+hidden void class_give(unsigned c, unsigned shard, void *const *p, uint32_t n);
+hidden void class_note(unsigned c, unsigned shard, bool borrowed);
 hidden void class_after_fork(void);
 struct class_stats { uint64_t out, peak, spans, spans_peak, reserve, borrows, exhausted; };
 hidden void class_stats(unsigned c, struct class_stats *s);
@@ -70,12 +70,14 @@ hidden int class_check(unsigned c);
 /* tcache.c: thread caches */
 hidden void tcache_setup(void);
 hidden void *tcache_alloc(unsigned c, bool borrow, bool *zero);   /* zero: NULL or told whether it reads as zero */
-hidden void tcache_free(void *p, unsigned c, uint8_t *st);
+hidden void tcache_free(void *p, unsigned c, fm_st *st);
 hidden void tcache_native_setup(void);
 hidden void *tcache_alloc_direct(unsigned c, bool borrow);   /* check.c's native calls: their cache, no errno */
-hidden void tcache_free_direct(void *p, unsigned c, uint8_t *st);
+hidden void tcache_free_direct(void *p, unsigned c, fm_st *st);
 hidden uint64_t tcache_cached(unsigned c);
 hidden int tcache_check(void);
+hidden void tcache_after_fork(void);
+hidden void tcache_collect(void);
 
 /* block.c: a block of any size, and its release, for the API and checking mode */
 hidden void *block_alloc(size_t size);

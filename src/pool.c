@@ -33,34 +33,49 @@ static cold __attribute__((noreturn)) void too_small(size_t size) {
                "pool too small (it needs room for its tables and one span of the largest class)");
 }
 
-/* [ lines | run records | pages bitmap | size -> class | thread cache slots ] heap ...
- * The meta part is sized for the whole pool; the heap starts on a chunk boundary after it, so
- * every span is aligned to the chunk size. */
-static void pool_layout(void *mem, size_t size) {
-  struct fm_pool *P = &fm_pool;
-  struct fm_options *o = &P->opt;
-  /* Meta is 128 bytes a chunk (line and run record); in a big pool a heap spread thin (blocks
-   * of tens of KiB touched at their start only) pays it in page faults and cache misses, a
-   * small pool in large blocks rounded up to whole chunks. */
+/* [ state shadow | lines | run records | pages bitmap | size -> class | thread cache slots ] heap
+ * The pool is the heap: its tables come on top, in the same reservation, so that a pool of N
+ * bytes holds N bytes of blocks. The heap starts on a chunk boundary after them, so every span
+ * is aligned to the chunk size. */
+struct layout {
+  unsigned shift;
+  size_t nchunks, slots, shadow_off, line_off, rec_off, pages_off, tab_off, slot_off, meta;
+};
+
+static void layout_of(size_t size, struct layout *L) {
+  const struct fm_options *o = &fm_pool.opt;
+  /* Meta is 72 bytes a chunk (line and run record) and the shadow 1/16 of the heap (pages of it
+   * are touched only where spans are); in a big pool a heap spread thin (blocks of tens of KiB
+   * touched at their start only) pays it in page faults and cache misses, a small pool in large
+   * blocks rounded up to whole chunks. */
   unsigned shift = size >= FM_POOL_BIG ? FM_CHUNK_SHIFT_BIG : FM_CHUNK_SHIFT_MIN;
   while ((size >> shift) > FM_CHUNKS_MAX) shift++;
-  size_t nchunks = size >> shift;
-  size_t slots = size / (4u << 20);
-  if (slots < 16) slots = 16;
-  if (slots > FM_SLOTS_MAX) slots = FM_SLOTS_MAX;
+  L->shift = shift;
+  L->nchunks = size >> shift;
+  L->slots = size / (4u << 20);
+  if (L->slots < 16) L->slots = 16;
+  if (L->slots > FM_SLOTS_MAX) L->slots = FM_SLOTS_MAX;
   size_t ntab = o->class_size[o->nclass - 1] / FM_ALIGN + 1;
-  size_t line_off = 0, rec_off = align_up(line_off + nchunks * sizeof(struct fm_line), 64);
-  size_t pages_off = align_up(rec_off + nchunks * sizeof(struct fm_run), 64);
-  size_t tab_off = align_up(pages_off + (nchunks + 63) / 64 * 8, 64);
-  size_t slot_off = align_up(tab_off + ntab, 64);
-  size_t meta = align_up(slot_off + slots * sizeof(struct fm_tcache), (size_t)1 << shift);
-  if (meta >= size) too_small(size);
+  L->shadow_off = 0;
+  L->line_off = align_up(L->shadow_off + (L->nchunks << (shift - 4)), 64);
+  L->rec_off = align_up(L->line_off + L->nchunks * sizeof(struct fm_line), 64);
+  L->pages_off = align_up(L->rec_off + L->nchunks * sizeof(struct fm_run), 64);
+  L->tab_off = align_up(L->pages_off + (L->nchunks + 63) / 64 * 8, 64);
+  L->slot_off = align_up(L->tab_off + ntab, 64);
+  L->meta = align_up(L->slot_off + L->slots * sizeof(struct fm_tcache), (size_t)1 << shift);
+}
+
+static void pool_layout(void *mem, size_t size, const struct layout *L) {
+  struct fm_pool *P = &fm_pool;
+  struct fm_options *o = &P->opt;
+  unsigned shift = L->shift;
+  size_t meta = L->meta, slot_off = L->slot_off, tab_off = L->tab_off;
   uintptr_t base = (uintptr_t)mem;
   P->base = base;
   P->size = size;
   P->chunk_shift = shift;
   P->heap_base = base + meta;
-  uint32_t heap_chunks = (uint32_t)((size - meta) >> shift);
+  uint32_t heap_chunks = (uint32_t)L->nchunks;
   P->heap_size = (size_t)heap_chunks << shift;
   /* strict overcommit: the size -> class table now; the per-chunk tables as the heap grows
    * (span.c), a thread's slot when the thread takes it (tcache.c) */
@@ -68,9 +83,10 @@ static void pool_layout(void *mem, size_t size) {
   if (P->lazy_commit && !os_commit((void *)(base + tab_lo), align_up(slot_off, page) - tab_lo))
     options_fail("FLATMALLOC_POOL", o->pool_text ? o->pool_text : "(default)",
                  "the commit limit (vm.overcommit_memory=2) refused the pool's tables");
-  P->line = (const struct fm_line *)(base + line_off);
+  P->line = (const struct fm_line *)(base + L->line_off);
+  P->st_bias = base + L->shadow_off - (P->heap_base >> 4);
   P->slots = (struct fm_tcache *)(base + slot_off);
-  P->slots_max = (uint32_t)slots;
+  P->slots_max = (uint32_t)L->slots;
   P->nclass = o->nclass;
   P->small_max = o->class_size[o->nclass - 1];
   P->key = os_random();
@@ -78,7 +94,7 @@ static void pool_layout(void *mem, size_t size) {
   class_setup(o, cls_of, heap_chunks);
   P->cls_of = cls_of;
   if (heap_chunks < P->cls[o->nclass - 1].span_chunks) too_small(size);
-  span_setup((struct fm_run *)(base + rec_off), (uint64_t *)(base + pages_off), heap_chunks, o->retain);
+  span_setup((struct fm_run *)(base + L->rec_off), (uint64_t *)(base + L->pages_off), heap_chunks, o->retain);
 }
 
 /* Reserves size bytes starting on a 2 MiB boundary; the slack before it is never touched. */
@@ -93,8 +109,10 @@ static void pool_reserve(void) {
   fm_pool.lazy_commit = !o->prefault && os_overcommit_strict();
   void *mem = NULL;
   size_t size = o->pool;
+  struct layout L;
   if (size) {
-    mem = pool_map(size, o->prefault);
+    layout_of(size, &L);
+    mem = pool_map(size + L.meta, o->prefault);
     if (!mem) {
       errno = ENOMEM;
       options_fail("FLATMALLOC_POOL", o->pool_text, "the system refused to reserve a pool of this size");
@@ -106,12 +124,15 @@ static void pool_reserve(void) {
     uint64_t cap = os_address_limit() / 2;   /* under RLIMIT_AS: half stays for stacks and mappings */
     size_t least = cap < (64u << 20) ? (size_t)cap : (64u << 20);
     if (size > cap) size = (size_t)cap;
-    for (; size && size >= least; size /= 2)
-      if ((mem = pool_map(size, o->prefault))) break;
+    for (; size && size >= least; size /= 2) {
+      layout_of(size, &L);
+      if (size + L.meta > cap) layout_of(size = (size_t)cap - L.meta, &L);   /* the tables fit under the limit too */
+      if ((mem = pool_map(size + L.meta, o->prefault))) break;
+    }
     if (!mem) options_fail("FLATMALLOC_POOL", "(default)", "could not reserve even 64M of address space");
   }
   o->pool = size;
-  pool_layout(mem, size);
+  pool_layout(mem, size, &L);
 }
 
 static void pool_start(void) {
@@ -141,6 +162,7 @@ static void pool_after_fork(void) {
   span_after_fork();
   class_after_fork();
   atomic_store_explicit(&fm_pool.lockers, 0, memory_order_relaxed);   /* the lockers were other threads */
+  tcache_after_fork();
 }
 
 bool pool_init(void) {

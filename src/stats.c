@@ -130,6 +130,7 @@ struct mallinfo2 flatmalloc_mallinfo2(void) {
   memset(&mi, 0, sizeof mi);
   if (!pool_ready()) return mi;
   check_release_queued();   /* memcheck: queued frees count as free */
+  tcache_collect();         /* blocks other threads freed for this one */
   size_t used = 0;
   for (unsigned c = 0; c < fm_pool.nclass; c++) {
     struct cstat x;

@@ -22,29 +22,38 @@
  * reservation that the others cannot take.
  *
  * SPAN (class.c). A span holds n blocks of one class from its first byte (so a block aligned to
- * its size stays aligned) and a state byte per block. Classes with more than FM_LINE_STATES
- * block starts per chunk keep them after the blocks, 64 to a cache line:
+ * its size stays aligned); nothing else lives in it. Each class is split into FM_SHARDS shards,
+ * each with its own lock, its spans with free blocks in occupancy buckets (the fullest span
+ * first, so nearly empty spans drain and go back to the pool) and a transfer cache of whole
+ * batches. A thread refills from the shard of its slot (slot index mod FM_SHARDS), so threads
+ * on different shards share no lock, no span and no state line; a batch given back goes to the
+ * shard of each block's span. A span whose blocks are all free returns to the heap.
  *
- *     [ block 0 | block 1 | ... | block n-1 | st[0] ... st[n-1] | slack ]
+ * BLOCK STATE. Every 16-byte granule of the heap has a state byte in the shadow, a meta array
+ * below the heap (so no overflow from a block reaches it): the byte of a block's first granule
+ * is its state, at shadow + (address - heap_base) / 16. Bytes of larger blocks are further
+ * apart (one per line of shadow at 1 KiB), so threads holding neighbouring blocks rarely write
+ * one line. A state is FREE (in its span; 0, so fresh memory needs no set-up),
+ * CACHED (in a thread cache; ZERO when it was never handed out and its pages never written),
+ * REMOTE (freed by a thread that does not own it, on its owner's remote stack) or LIVE: OWNED
+ * + slot when a thread with a cache handed it out, LIVE when a thread without one did.
+ * Block q of a span is found from an address by one multiplication by the class's magic (q =
+ * high half, and the low half < magic iff the address is a block start).
  *
- * the others in the lines of the chunks the blocks start in.
+ * ONE WRITER PER STATE. The thread whose slot owns a LIVE block is the only one that writes its
+ * state with plain stores: free() of its own block (LIVE -> CACHED) and malloc() (CACHED -> its
+ * LIVE) are plain loads and stores. Any other thread frees it with one compare-exchange LIVE ->
+ * REMOTE and pushes it on the owner's remote stack; the owner takes the stack on its next
+ * refill, and a block whose state is no longer REMOTE there was freed twice (two threads at
+ * once: the owner's plain store overwrote the exchange) and stops the program before the block
+ * is handed out again. Blocks in spans change state only under their shard's lock.
  *
- * A state is FREE (in the span, 0: fresh memory needs no set-up), CACHED (in a thread cache;
- * ZERO when it was never handed out and its pages never written, so calloc need not clear it)
- * or LIVE (the program's). Block q of a span is found from an address by one multiplication by
- * the class's magic (q = high half, and the low half < magic iff the address is a block start).
- * The class keeps its spans with free blocks in occupancy buckets and hands out blocks from the
- * fullest span first, so nearly empty spans drain and go back to the pool; a span whose blocks
- * are all free returns to the heap at once. Span fields live in the run record of its first
- * chunk and, for the free-word summary, of its second.
- *
- * THREAD CACHE (tcache.c, fast paths in fast.h). Per class, an array of free blocks and of
- * their state bytes. malloc pops and marks LIVE; free checks the block's state is LIVE, marks
- * it CACHED and pushes, with plain loads and stores. A full array gives half to the class, an
- * empty one takes a batch: O(batch), under the class's lock, and a whole batch given back waits
- * in the class's transfer cache (still CACHED) for the next refill. So a double free is caught
- * whether the block sits in any thread's cache or in its span, and a pointer that is not a
- * block start, or was never handed out, is refused before it reaches a cache.
+ * THREAD CACHE (tcache.c, fast paths in fast.h). Per class, an array of free blocks. malloc
+ * pops and writes its slot's LIVE; free checks the block's state is its slot's LIVE, writes
+ * CACHED and pushes. A bin's room grows by demand up to two batches while the thread's cached
+ * bytes stay within its budget (FM_TC_TOTAL shared by the live threads, between FM_TC_MIN and
+ * FM_TC_MAX), so a thousand idle threads hold a bounded amount; a full bin gives half to the
+ * class, an empty one takes a batch: O(batch). A thread that exits gives everything back.
  *
  * LARGE BLOCK (large.c). A request above the largest class is a run of its own: the block
  * starts on a chunk boundary, its size and state are in the run record, never beside it.
@@ -82,7 +91,12 @@
 #define FM_BORROW_STEPS 8u           /* a class that cannot grow takes blocks of the next ones */
 #define FM_BOOT_BYTES (256u << 10)   /* bootstrap buffer for calls made before the pool exists */
 #define FM_RETAIN_DEFAULT (64ull << 20)
-#define FM_SLOTS_MAX 4096u           /* threads with a cache at once; others work uncached */
+#define FM_SLOTS_MAX 250u            /* threads with a cache at once (each owns a LIVE value); others work uncached */
+#define FM_SHARDS 4u                 /* shards per class; threads spread over them by slot */
+#define FM_TC_TOTAL (16u << 20)      /* bytes all thread caches may hold, shared by live threads, */
+#define FM_TC_MIN (64u << 10)        /* ... but a thread may always hold this much */
+#define FM_TC_MAX (2u << 20)         /* ... and never more than this */
+#define FM_COLLECT 64u               /* remotely freed blocks one refill takes home at most */
 
 /* ---- do not modify ----------------------------------------------------------------------- */
 #define FM_ALIGN 16u                 /* every block starts on this boundary */
@@ -94,22 +108,26 @@
 #define FM_POOL_MAX (1ull << 44)
 #define FM_NO_CLASS 0u               /* page map: the chunk is not in a span (fresh meta reads 0) */
 #define FM_CACHE_MAX (2 * FM_BATCH_MAX)
-#define FM_XFER 32u                  /* whole batches a class keeps as they came (transfer cache), */
-#define FM_XFER_BYTES (256u << 10)   /* ... at most this many bytes of them, but at least one batch */
+#define FM_XFER 16u                  /* whole batches a shard keeps as they came (transfer cache), */
+#define FM_XFER_BYTES (128u << 10)   /* ... at most this many bytes of them, but at least one batch */
 
-/* A block's state byte. ST_ZERO is CACHED for a block never handed out whose pages were never
- * written (fresh or given back): it reads as zero, and calloc skips the memset. */
-enum { ST_FREE = 0, ST_LIVE = 1, ST_CACHED = 2, ST_ZERO = 3 };
+/* A block's state byte (BLOCK STATE above). ZERO is CACHED for a block never handed out whose
+ * pages were never written; calloc checks it still reads as zero rather than clearing it. NONE
+ * marks multiples of the size past a span's last block: never FREE or LIVE. */
+enum { ST_FREE = 0, ST_CACHED = 1, ST_ZERO = 2, ST_REMOTE = 3, ST_LIVE = 4, ST_OWNED = 5, ST_NONE = 0xff };
+typedef uint8_t fm_st;
 static inline int st_cached(unsigned s) { return s == ST_CACHED || s == ST_ZERO; }
-/* A refill scans a span's state bytes under the class's lock while the blocks' owners write
- * theirs: those accesses are relaxed atomics (plain moves on x86). free()'s read of its own
- * block's state stays plain, so it folds into a compare: the scan only reads that byte too. */
-static inline uint8_t st_load(const uint8_t *s) { return __atomic_load_n(s, __ATOMIC_RELAXED); }
-static inline void st_store(uint8_t *s, uint8_t v) { __atomic_store_n(s, v, __ATOMIC_RELAXED); }
+static inline int st_live(unsigned s) { return s >= ST_LIVE && s != ST_NONE; }
+/* A refill scans a span's states under the shard's lock while the blocks' owners write theirs:
+ * those accesses are relaxed atomics (plain moves on x86). */
+static inline fm_st st_load(const fm_st *s) { return __atomic_load_n(s, __ATOMIC_RELAXED); }
+static inline void st_store(fm_st *s, fm_st v) { __atomic_store_n(s, v, __ATOMIC_RELAXED); }
 enum { RUN_FREE = 1, RUN_SPAN = 2, RUN_LARGE = 3 };    /* struct fm_run's kind */
 
 _Static_assert(FM_CLASS_MAX < 255, "class ids + 1 fit in the page map's byte");
-_Static_assert(FM_SPAN_BLOCKS / 64 / 64 <= 1 + 7, "the free-word summary fits in 64 bytes");
+_Static_assert(FM_SPAN_BLOCKS / 64 / 8 <= 8, "the free-group summary fits in 64 bytes");
+_Static_assert(ST_OWNED + FM_SLOTS_MAX <= ST_NONE, "every slot has a LIVE value of its own");
+_Static_assert((FM_SHARDS & (FM_SHARDS - 1)) == 0, "shards are a power of two");
 _Static_assert((FM_ALIGN & (FM_ALIGN - 1)) == 0, "alignment is a power of two");
 
 /* What the fast paths need of a class, indexed by the page map's byte (class + 1);
@@ -121,58 +139,54 @@ struct fm_cf {
   uint32_t size[256];
 };
 
-/* One per chunk, in the meta area: all that free() reads about a chunk, in one cache line. A
- * class with at most FM_LINE_STATES block starts per chunk keeps the state bytes of the blocks
- * that start in the chunk here, so free() takes one cache miss, not two; smaller classes keep
- * them after the span's blocks, where 64 share a line. */
-#define FM_LINE_STATES 48u
+/* One per chunk, in the meta area: what free() reads about a chunk. */
 struct fm_line {
   uint64_t e;                    /* span address << 8 | (class + 1); 0: not in a span */
-  uint8_t *stbase;               /* the state byte of block q of the span is stbase[q] */
-  uint8_t st[FM_LINE_STATES];
 };
-_Static_assert(sizeof(struct fm_line) == 64, "one line per chunk");
 
 /* A thread cache slot: per class (indexed by class + 1, as the page map and the size table
- * name classes), its free blocks p[c1][base..top), newest last, and their state bytes at the
- * same place of st (FM_ST_DELTA bytes further). free() pushes while top < lim; an empty cache
- * (NULL, NULL, NULL) sends every call to the slow path. Slots live in the pool's meta area and
- * are recycled through a lock-free stack, so statistics can read every slot without the
- * threads' help. */
+ * name classes), its free blocks p[c1][base..top), newest last. free() pushes while top < lim;
+ * an empty cache (NULL, NULL, NULL) sends every call to the slow path. Slots live in the
+ * pool's meta area and are recycled through a lock-free stack, so statistics can read every
+ * slot without the threads' help. The remote stack is written by other threads: its own line. */
 #define FM_BINS (FM_CLASS_MAX + 1)
 struct fm_tcache {
-  uint64_t next_free;    /* link on the stack of unused slots */
+  fm_st tag;             /* LIVE value of the blocks this slot hands out */
+  uint16_t shard;
   uint32_t index;
-  uint32_t live;
+  _Atomic uint32_t live;  /* a thread holds the slot; 0: its remote stack is anyone's to drain */
+  uint32_t victim;       /* next bin a budget shortfall shrinks */
+  uint64_t next_free;    /* link on the stack of unused slots */
+  uint64_t cap_bytes;    /* room of all bins, in bytes */
+  uintptr_t pending;     /* remote blocks taken, not yet home (mangled links) */
   void **top[FM_BINS];
   void **lim[FM_BINS];
   void **base[FM_BINS];
-  void *p[FM_BINS][FM_CACHE_MAX];
-  uint8_t *st[FM_BINS][FM_CACHE_MAX];
+  cacheline_aligned _Atomic uintptr_t remote;   /* blocks other threads freed (mangled links) */
+  _Atomic uint32_t draining;  /* a thread drains the stack of a slot no thread holds */
+  cacheline_aligned void *p[FM_BINS][FM_CACHE_MAX];
 };
-#define FM_ST_DELTA (sizeof(void *[FM_BINS][FM_CACHE_MAX]))
-#define FM_ST_OF(slot) (*(uint8_t **)((char *)(slot) + FM_ST_DELTA))
 
-/* One size class: geometry, the spans with free blocks (by occupancy) and counters. */
+/* A shard of a class: its spans with free blocks (by occupancy), a transfer cache, counters. */
 #define FM_BUCKETS 8u
-struct fm_class {
-  uint32_t size, batch, nblocks, span_chunks;
-  uint32_t nstates;                   /* state bytes after the blocks: one per multiple of size in the span */
-  bool inline_st;                     /* state bytes in the chunks' lines, none after the blocks */
-  uint64_t reserve;                   /* chunks held for this class (FLATMALLOC_CLASSES percent) */
-  cacheline_aligned pthread_mutex_t lock;
+struct fm_shard {
+  pthread_mutex_t lock;
   uint32_t epoch;                     /* spans of an older epoch were abandoned by fork */
   uint32_t bucket_map;                /* bit b: bucket b has a span */
   uint32_t bucket[FM_BUCKETS];        /* first span (chunk index + 1) of each bucket, 0: none */
   uint32_t spare;                     /* one span with every block free, kept back (chunk + 1) */
-  uint32_t xfer_n, xfer_max;          /* batches in the transfer cache, and its room */
-  void *xfer_p[FM_XFER][FM_BATCH_MAX];      /* whole batches given back, still CACHED: the next */
-  uint8_t *xfer_st[FM_XFER][FM_BATCH_MAX];  /* refill takes one without touching a span */
-  uint64_t out;                       /* blocks not in spans (live or cached) */
-  uint64_t peak;
-  uint64_t spans;
-  uint64_t spans_peak;
-  uint64_t borrows, exhausted;
+  uint32_t xfer_n;                    /* batches in the transfer cache */
+  uint64_t out;                       /* blocks taken from this shard's spans, not given back */
+  uint64_t peak, spans, spans_peak, borrows, exhausted;
+  void *xfer_p[FM_XFER][FM_BATCH_MAX];   /* whole batches given back, still CACHED */
+} cacheline_aligned;
+
+/* One size class: geometry and its shards. */
+struct fm_class {
+  uint32_t size, batch, nblocks, span_chunks;
+  uint32_t xfer_max;                  /* batches a shard's transfer cache holds */
+  uint64_t reserve;                   /* chunks held for this class (FLATMALLOC_CLASSES percent) */
+  struct fm_shard sh[FM_SHARDS];
 };
 
 /* Run record, one per chunk (span.c). Meaningful in the first chunk of a run, and 'head' in
@@ -191,7 +205,8 @@ struct fm_run {
   uint32_t bucket;     /* spans: occupancy bucket, FM_BUCKETS when full */
   uint32_t hw;         /* spans: blocks below this were handed out at least once */
   uint32_t clean;      /* free runs: chunks below this hold no pages (a release stopped here) */
-  uint32_t pad[3];
+  uint32_t shard;      /* spans: the shard of its class that owns it */
+  uint32_t pad[2];
 };
 _Static_assert(sizeof(struct fm_run) == 64, "one run record per cache line");
 
@@ -216,7 +231,8 @@ struct fm_pool {
   size_t heap_chunks;        /* chunks in the heap; 0 sends every free to the slow path */
   size_t small_lim;          /* sizes below this take the fast path; 0 before start-up */
   const uint8_t *cls_of;     /* (size + 15) / 16 -> class + 1 */
-  const struct fm_line *line;   /* per chunk: span, class, state bytes */
+  const struct fm_line *line;   /* per chunk: span and class */
+  uintptr_t st_bias;         /* a block's state byte: st_bias + address / 16 (shadow - heap_base / 16) */
   unsigned chunk_shift;
   uint64_t key;              /* random, per process */
 
@@ -235,6 +251,7 @@ struct fm_pool {
   struct fm_tcache *slots;
   uint32_t slots_max;
   _Atomic uint32_t slots_used;
+  _Atomic uint32_t slots_live;    /* threads holding a slot: they share FM_TC_TOTAL */
   _Atomic uint64_t slots_free;    /* tagged stack of unused slots */
   struct fm_options opt;
   struct fm_class cls[FM_CLASS_MAX];
@@ -244,5 +261,8 @@ hidden extern struct fm_pool fm_pool;
 hidden extern struct fm_cf fm_cf;
 hidden extern __thread struct fm_tcache *fm_tc __attribute__((tls_model("initial-exec")));
 hidden extern struct fm_tcache fm_tc_empty;
+
+/* The state byte of the block that starts at p (p in the heap). */
+static inline fm_st *fm_st_of(const void *p) { return (fm_st *)(fm_pool.st_bias + ((uintptr_t)p >> 4)); }
 
 #endif

@@ -177,7 +177,7 @@ reject FLATMALLOC_POOL 0M # zero pool with a suffix
 reject FLATMALLOC_POOL 99999999999999999999 # overflows 64 bits
 reject FLATMALLOC_POOL 99999999T # overflows 64 bits once scaled
 reject FLATMALLOC_POOL 64K # too small for the (default) classes
-reject FLATMALLOC_POOL 64K FLATMALLOC_CLASSES=16:20,64:50,256:30 # too small for these classes
+reject FLATMALLOC_POOL 32K FLATMALLOC_CLASSES=16:20,64:50,256:30 # too small for one span of these classes
 # FLATMALLOC_LARGE
 reject FLATMALLOC_LARGE 150
 reject FLATMALLOC_LARGE 101

@@ -21,25 +21,23 @@ static always_inline void *fm_alloc(size_t size) {
   return fm_malloc_slow(size);
 }
 
-/* ptr must be a block start (one multiplication by the class's magic tells) whose state is
- * this thread's LIVE; the freed block itself is never read or written. */
+/* ptr must be 16-aligned, in a span (its chunk's line names a class: chunks of no class have
+ * the bin of no room, index 0), and its state must be this thread's LIVE: a span's granules
+ * that start no block read FREE (span_new clears them), so that alone tells a block start.
+ * The freed block itself is never read or written. */
 static always_inline void fm_free(void *ptr) {
-  __builtin_prefetch(fm_st_of(ptr), 1);
+  fm_st *st = fm_st_of(ptr);
+  __builtin_prefetch(st, 1);
   uintptr_t ch = ((uintptr_t)ptr - fm_pool.heap_base) >> fm_pool.chunk_shift;
-  if (likely(ch < fm_pool.heap_chunks)) {   /* a misaligned pointer fails the block-start test */
-    uint64_t e = fm_pool.line[ch].e;
-    unsigned c1 = (uint8_t)e;
-    uint64_t magic = fm_cf.magic[c1];
-    if (likely((uint64_t)((unsigned __int128)((uintptr_t)ptr - (uintptr_t)(e >> 8)) * magic) < magic)) {
-      fm_st *st = fm_st_of(ptr);
-      struct fm_tcache *tc = fm_tc;
-      void **top = tc->top[c1];
-      if (likely(*st == tc->tag && top < tc->lim[c1])) {   /* plain: its owner is the only writer */
-        st_store(st, ST_CACHED);
-        *top = ptr;
-        tc->top[c1] = top + 1;
-        return;
-      }
+  if (likely(ch < fm_pool.heap_chunks && !((uintptr_t)ptr & (FM_ALIGN - 1)))) {
+    unsigned c1 = (uint8_t)fm_pool.line[ch].e;
+    struct fm_tcache *tc = fm_tc;
+    void **top = tc->top[c1];
+    if (likely(*st == tc->tag && top < tc->lim[c1])) {   /* plain: its owner is the only writer */
+      st_store(st, ST_CACHED);
+      *top = ptr;
+      tc->top[c1] = top + 1;
+      return;
     }
   }
   fm_free_slow(ptr);

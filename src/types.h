@@ -36,9 +36,11 @@
  * one line. A state is FREE (in its span; 0, so fresh memory needs no set-up),
  * CACHED (in a thread cache; ZERO when it was never handed out and its pages never written),
  * REMOTE (freed by a thread that does not own it, on its owner's remote stack) or LIVE: OWNED
- * + slot when a thread with a cache handed it out, LIVE when a thread without one did.
- * Block q of a span is found from an address by one multiplication by the class's magic (q =
- * high half, and the low half < magic iff the address is a block start).
+ * + slot when a thread with a cache handed it out, LIVE when a thread without one did. A new
+ * span's granules all read FREE, so a granule that starts no block is never LIVE: free()'s fast
+ * path needs no more than the state to know a block start. The slow paths find block q of a
+ * span from an address by one multiplication by the class's magic (q = high half, and the low
+ * half < magic iff the address is a block start).
  *
  * ONE WRITER PER STATE. The thread whose slot owns a LIVE block is the only one that writes its
  * state with plain stores: free() of its own block (LIVE -> CACHED) and malloc() (CACHED -> its
@@ -113,7 +115,7 @@
 
 /* A block's state byte (BLOCK STATE above). ZERO is CACHED for a block never handed out whose
  * pages were never written; calloc checks it still reads as zero rather than clearing it. NONE
- * marks multiples of the size past a span's last block: never FREE or LIVE. */
+ * is no slot's LIVE value (the empty cache's). */
 enum { ST_FREE = 0, ST_CACHED = 1, ST_ZERO = 2, ST_REMOTE = 3, ST_LIVE = 4, ST_OWNED = 5, ST_NONE = 0xff };
 typedef uint8_t fm_st;
 static inline int st_cached(unsigned s) { return s == ST_CACHED || s == ST_ZERO; }

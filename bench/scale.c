@@ -407,7 +407,7 @@ static void *pc_consume(void *arg)
 static void mode_prodcons(void)
 {
   static const size_t sizes[] = {64, 1024};
-  long items = pick(opt_ops, 4000000, 1500000);
+  long items = pick(opt_ops, 2000000, 1000000);
   pc.slots = outside(PC_RING * PC_BATCH * sizeof(void *));
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
     if (opt_size > 0 && (size_t)opt_size != sizes[k])

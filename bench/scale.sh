@@ -131,6 +131,7 @@ trap 'rm -rf "$tmp"' EXIT
 csv_line='^[A-Za-z0-9_.:+/-]+,[^,]+,-?[0-9.]+([eE][-+]?[0-9]+)?$'
 failures=0
 t_all=$(date +%s)
+declare -A wl_secs # wall seconds per workload, all allocators and repetitions
 for rep in $(seq 1 "$reps"); do
   for job in "${jobs[@]}"; do
     wl=${job%%|*}
@@ -138,8 +139,9 @@ for rep in $(seq 1 "$reps"); do
     for a in "${allocs[@]}"; do
       pre=(env -u LD_PRELOAD -u FLATMALLOC_BUILD_DIR)
       [ -n "${LIB[$a]}" ] && pre+=("LD_PRELOAD=${LIB[$a]}")
-      rc=0
+      rc=0 t0=$(date +%s.%N)
       timeout -k 10 600 "${pre[@]}" "$bin" "${args[@]}" "${q[@]}" >"$tmp/out" 2>"$tmp/err" || rc=$?
+      wl_secs[$wl]=$(awk -v a="${wl_secs[$wl]:-0}" -v t0="$t0" -v t1="$(date +%s.%N)" 'BEGIN { printf "%.1f", a + t1 - t0 }')
       if [ "$rc" -ne 0 ]; then
         failures=$((failures + 1))
         tag=$(echo "${args[*]}" | tr ' ' '_')
@@ -318,6 +320,7 @@ if has_ref:
         print(f"\n== issue 17 targets, {ref}, on this run's medians (a noisy machine moves them)")
         print("\n".join(out))
 EOF
+log "seconds per workload (all runs): $(for w in "${workloads[@]}"; do printf '%s %s  ' "$w" "${wl_secs[$w]:-0}"; done)"
 log "uptime at start: $load_start"
 log "uptime at end:   $load_end"
 log "done: $out ($failures failed runs, $(( $(date +%s) - t_all )) s)"

@@ -2,8 +2,8 @@
 # bench/scale.sh: bench/scale's workloads (threads, batches, a large heap, idle threads; issue 17)
 # against glibc, jemalloc, tcmalloc, mimalloc and flatmalloc, one table per workload.
 #
-#   bench/scale.sh                 5 repetitions (~5 minutes on an idle 2-core machine)
-#   bench/scale.sh --quick         3 repetitions of shorter runs (~1.5 minutes)
+#   bench/scale.sh                 5 repetitions (aimed at <= 6 minutes on an idle 2-core machine)
+#   bench/scale.sh --quick         3 repetitions of shorter runs (aimed at 1-2 minutes)
 #   bench/scale.sh --only own,idle --allocators glibc,mimalloc,flatmalloc --reps 7
 #   bench/scale.sh --extra before=/tmp/old/libflatmalloc.so     (one more library, repeatable)
 #   options: --reps N  --only W1,W2  --allocators A,B  --extra NAME=PATH  --quick  --out DIR

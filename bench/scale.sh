@@ -170,7 +170,7 @@ TITLES = {
     "prodcons": "prodcons: one thread mallocs, another frees (batches of 256 through a ring), Mops/s",
     "falseshare": "falseshare: 2 threads write their own 8 B objects (active; passive after a handed free), seconds",
     "larson": "larson: 2 lineages of threads replacing 8-1000 B blocks, each handing its array to a successor, Mops/s",
-    "map": "map: std::map<int,int>, 1M entries in scrambled order, seconds",
+    "map": "map: std::map<int,int>, 1M entries (500k with --quick) in scrambled order, seconds",
     "bigheap": "bigheap: free+malloc pair against 262,144 live blocks, ns per pair (TSC)",
     "idle": "idle: 1,000 threads that allocated and freed 400 blocks of 16 B-4 KiB, now waiting; KiB resident",
 }

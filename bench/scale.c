@@ -1,0 +1,860 @@
+/* scale: threads, batches and large heaps (issue 17: two threads must do twice the work of one).
+ *
+ * One program, run once per allocator with only LD_PRELOAD changing (bench/scale.sh does the
+ * runs). Every call under test is a plain malloc()/free() through the PLT; the program is built
+ * with -fno-builtin, keeps every pointer in memory the allocator does not own (mmap'ed arrays,
+ * static arrays, stacks) and writes into every block it gets, so no call can be elided.
+ *
+ *   scale MODE [options]      prints CSV lines "MODE,metric,value" on stdout
+ *
+ * "Mops/s" everywhere counts calls: one malloc is one op, one free is one op.
+ * Sizes called "16 B-4 KiB" are log-uniform: each octave (16-32, 32-64, ... 2048-4096) is
+ * equally likely, so the mean request is ~740 B (uniform would make it 2 KiB, mostly large).
+ *
+ *   own        T threads (--threads T, default 2), each with its own working set of 1,000 slots of
+ *              16 B-4 KiB: free a random slot, malloc a new random size into it. --ops calls per
+ *              thread after a start barrier; Mops/s from the first thread's start to the last
+ *              thread's end: own,tT_mops_per_s.
+ *   batch      N = 100,000 mallocs of one size (8 bytes written into each), then the N frees
+ *              (each block's 8 bytes checked first), repeated after one untimed round: up to
+ *              --rounds times (30), at least 3, until 0.25 s (0.1 s --quick) have passed; at
+ *              16, 64, 256, 1024, 4096 B. --order fifo (default: freed in
+ *              allocation order), lifo (newest first) or both: batch,fifo_SIZE_mops_per_s.
+ *   prodcons   one producer thread mallocs, one consumer thread frees; blocks cross in batches
+ *              of 256 pointers through a ring of 16 batches (the shape of xmalloc-test), at
+ *              64 B and 1 KiB, each in a fresh pair of threads: prodcons,SIZE_mops_per_s.
+ *   falseshare two threads each malloc an 8 B object, increment each of its bytes 500 times and
+ *              free it, over and over (Hoard's cache-thrash: active false sharing when the two
+ *              threads' objects share a cache line); then the same after each thread first frees
+ *              an object the main thread allocated just before the other's (cache-scratch:
+ *              passive false sharing). Wall-clock seconds: falseshare,active_s / passive_s.
+ *   larson     larson's server simulation: 2 lineages of threads, each over its own array of
+ *              5,000 blocks of 8-1,000 B (uniform, as larson); a thread frees and replaces
+ *              random blocks, and after --ops calls it starts its successor, hands it the array
+ *              (the blocks it allocated are freed by the new thread) and exits, --rounds times.
+ *              larson,mops_per_s.
+ *   map        std::map<int,int> of 1M entries, keys in a scrambled order: build, then teardown
+ *              (bench/scale_cxx.cc): map,build_s / teardown_s / total_s.
+ *   bigheap    262,144 live blocks of one size (--size, default 64); then random free+malloc
+ *              pairs, each pair timed with the TSC as latency.c does (samples in pre-faulted
+ *              mmap'ed buffers, calibrated to ns, the empty region's overhead removed):
+ *              bigheap,SIZE_p50_ns, _p99_ns, _p99.9_ns, _p99.99_ns, _max_ns, _mean_ns.
+ *              The block's tag is read (checked) before the timed free, as a program reads what
+ *              it frees; --cold skips that read (metrics bigheap,cold_SIZE_...), so free meets
+ *              the block and its neighbours out of cache.
+ *   idle       1,000 threads created one after another; each, when created, allocates 400
+ *              blocks of 16 B-4 KiB, fills them, frees them in allocation order, and waits on a
+ *              condition variable; when all 1,000 wait the main thread reads VmRSS, then lets
+ *              them exit, joins them and reads VmRSS again. Default stacks.
+ *              idle,rss_start_kb / rss_idle_kb / rss_after_exit_kb / create_s.
+ *
+ * Options: --quick (smaller counts), --threads T, --ops N, --rounds N, --size B, --order O,
+ *          --cold (bigheap), --seed S. Every block's first and last 8 bytes carry a tag that is checked before the
+ *          block is freed: a wrong byte exits with status 3 and one line on stderr.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define ESCAPE(p) __asm__ volatile("" : : "r"(p) : "memory")
+#define CACHE_LINE 64
+
+/* scale_cxx.cc */
+void scale_map(long entries, unsigned long long seed);
+
+/* ---------- options ---------- */
+
+static int quick;
+static uint64_t seed = 0x5ca1ab1e;
+static long opt_threads = -1, opt_ops = -1, opt_rounds = -1, opt_size = -1;
+static const char *opt_order = "fifo";
+static int opt_cold; /* bigheap: do not read a block before freeing it */
+
+static long pick(long opt, long full, long small) { return opt >= 0 ? opt : quick ? small : full; }
+
+/* ---------- utilities ---------- */
+
+static void die(const char *what)
+{
+  fprintf(stderr, "scale: %s: %s\n", what, strerror(errno));
+  exit(1);
+}
+
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Memory that is not the allocator's: mmap'ed and faulted in before anything is timed. */
+static void *outside(size_t bytes)
+{
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                 -1, 0);
+  if (p == MAP_FAILED)
+    die("mmap");
+  memset(p, 0, bytes);
+  return p;
+}
+
+static void *xmalloc(size_t size)
+{
+  void *p = malloc(size);
+  if (unlikely(!p)) {
+    fprintf(stderr, "scale: malloc(%zu) returned NULL\n", size);
+    exit(1);
+  }
+  ESCAPE(p);
+  return p;
+}
+
+static void start_thread(pthread_t *th, void *(*fn)(void *), void *arg)
+{
+  int e = pthread_create(th, NULL, fn, arg);
+  if (e) {
+    errno = e;
+    die("pthread_create");
+  }
+}
+
+static inline void cpu_relax(void) { __asm__ volatile("pause" ::: "memory"); }
+
+/* Spins briefly, then yields: on a loaded 2-core machine the other side may not be running. */
+static inline void backoff(unsigned *spins)
+{
+  if (++*spins < 200)
+    cpu_relax();
+  else
+    sched_yield();
+}
+
+/* ---------- random numbers and sizes ---------- */
+
+static inline uint64_t rng_next(uint64_t *s) /* splitmix64 */
+{
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n), n < 2^32. */
+static inline uint32_t rng_below(uint64_t *s, uint32_t n)
+{
+  return (uint32_t)(((rng_next(s) >> 32) * (uint64_t)n) >> 32);
+}
+
+/* Log-uniform 16 B-4 KiB, as a table indexed by 12 random bits. */
+#define LOGSIZE_BITS 12
+static uint32_t logsize[1u << LOGSIZE_BITS];
+
+static void logsize_init(void)
+{
+  for (uint32_t i = 0; i < (1u << LOGSIZE_BITS); i++) {
+    double u = ((double)i + 0.5) / (double)(1u << LOGSIZE_BITS);
+    uint32_t s = (uint32_t)floor(16.0 * exp(u * log(4097.0 / 16.0)));
+    logsize[i] = s < 16 ? 16 : s > 4096 ? 4096 : s;
+  }
+}
+
+static inline uint32_t rng_logsize(uint64_t *s) { return logsize[rng_next(s) >> (64 - LOGSIZE_BITS)]; }
+
+/* ---------- block tags ---------- */
+
+/* The first and last 8 bytes of a block (the first only under 16 B) carry a tag kept beside the
+ * pointer. Checked before every free: a block handed out twice, or written by the allocator
+ * while the program holds it, shows up as a wrong tag. */
+static inline void tag_write(void *p, size_t size, uint64_t tag)
+{
+  __builtin_memcpy(p, &tag, 8);
+  if (size >= 16)
+    __builtin_memcpy((char *)p + size - 8, &tag, 8);
+}
+
+static void tag_fail(const char *mode, const void *p, size_t size, uint64_t want)
+{
+  fprintf(stderr, "scale %s: block %p (%zu B) does not hold its tag %#llx: the allocator handed "
+          "it out twice or wrote into it\n", mode, p, size, (unsigned long long)want);
+  fflush(stderr);
+  _exit(3);
+}
+
+static inline void tag_check(const char *mode, const void *p, size_t size, uint64_t tag)
+{
+  uint64_t a, b = tag;
+  __builtin_memcpy(&a, p, 8);
+  if (size >= 16)
+    __builtin_memcpy(&b, (const char *)p + size - 8, 8);
+  if (unlikely(a != tag || b != tag))
+    tag_fail(mode, p, size, tag);
+}
+
+struct slot {
+  void *p;
+  uint64_t tag;
+  uint32_t size;
+};
+
+static inline void slot_fill(struct slot *s, uint32_t size, uint64_t tag)
+{
+  void *p = xmalloc(size);
+  tag_write(p, size, tag);
+  s->p = p;
+  s->tag = tag;
+  s->size = size;
+}
+
+static inline void slot_free(const char *mode, struct slot *s)
+{
+  tag_check(mode, s->p, s->size, s->tag);
+  free(s->p);
+}
+
+/* ---------- resident set ---------- */
+
+static long status_kb(const char *field)
+{
+  char buf[4096];
+  int fd = open("/proc/self/status", O_RDONLY);
+  if (fd < 0)
+    return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return -1;
+  buf[n] = 0;
+  char *p = strstr(buf, field);
+  if (!p)
+    return -1;
+  return strtol(p + strlen(field), NULL, 10);
+}
+
+/* ---------- own: private working sets ---------- */
+
+#define OWN_SLOTS 1000
+#define MAX_THREADS 256
+
+struct own_worker {
+  _Alignas(CACHE_LINE) pthread_t th;
+  struct slot *slots; /* mmap'ed per thread: no two threads' bookkeeping share a line */
+  uint64_t rng;
+  long steps;
+  double t0, t1;
+};
+
+static struct own_worker own_workers[MAX_THREADS];
+static pthread_barrier_t own_barrier;
+
+static void *own_run(void *arg)
+{
+  struct own_worker *w = arg;
+  struct slot *s = w->slots;
+  uint64_t r = w->rng;
+  for (int i = 0; i < OWN_SLOTS; i++)
+    slot_fill(&s[i], rng_logsize(&r), rng_next(&r));
+  pthread_barrier_wait(&own_barrier);
+  w->t0 = now_s();
+  for (long k = 0; k < w->steps; k++) {
+    struct slot *v = &s[rng_below(&r, OWN_SLOTS)];
+    slot_free("own", v);
+    slot_fill(v, rng_logsize(&r), r);
+  }
+  w->t1 = now_s();
+  for (int i = 0; i < OWN_SLOTS; i++)
+    slot_free("own", &s[i]);
+  return NULL;
+}
+
+static void mode_own(void)
+{
+  long t = pick(opt_threads, 2, 2);
+  long ops = pick(opt_ops, 4000000, 1500000); /* calls per thread */
+  if (t < 1 || t > MAX_THREADS) {
+    fprintf(stderr, "scale own: --threads must be 1..%d\n", MAX_THREADS);
+    exit(2);
+  }
+  pthread_barrier_init(&own_barrier, NULL, (unsigned)t);
+  for (long i = 0; i < t; i++) {
+    struct own_worker *w = &own_workers[i];
+    w->slots = outside(OWN_SLOTS * sizeof(struct slot));
+    w->rng = seed * 1000003u + (uint64_t)i;
+    w->steps = ops / 2;
+    start_thread(&w->th, own_run, w);
+  }
+  double t0 = 1e300, t1 = 0;
+  for (long i = 0; i < t; i++) {
+    pthread_join(own_workers[i].th, NULL);
+    t0 = own_workers[i].t0 < t0 ? own_workers[i].t0 : t0;
+    t1 = own_workers[i].t1 > t1 ? own_workers[i].t1 : t1;
+  }
+  double calls = (double)t * (double)(ops / 2 * 2);
+  printf("own,t%ld_mops_per_s,%.3f\n", t, calls / (t1 - t0) / 1e6);
+}
+
+/* ---------- batch: N mallocs of one size, then N frees ---------- */
+
+#define BATCH_N 100000
+
+static void batch_round(void **ptrs, size_t size, int lifo)
+{
+  for (size_t i = 0; i < BATCH_N; i++) {
+    void *p = xmalloc(size);
+    *(uint64_t *)p = i;
+    ptrs[i] = p;
+  }
+  for (size_t k = 0; k < BATCH_N; k++) {
+    size_t i = lifo ? BATCH_N - 1 - k : k;
+    if (unlikely(*(uint64_t *)ptrs[i] != i))
+      tag_fail("batch", ptrs[i], size, i);
+    free(ptrs[i]);
+  }
+}
+
+static void mode_batch(void)
+{
+  static const size_t sizes[] = {16, 64, 256, 1024, 4096};
+  /* up to --rounds rounds, at least 3, stopping once a size has had its time budget: an
+   * allocator that hands pages back between rounds pays 100,000 page faults a round at 4 KiB */
+  long rounds = pick(opt_rounds, 30, 12);
+  double budget = quick ? 0.1 : 0.25;
+  int fifo = strcmp(opt_order, "lifo") != 0, lifo = strcmp(opt_order, "fifo") != 0;
+  void **ptrs = outside(BATCH_N * sizeof(void *));
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    for (int order = 0; order < 2; order++) {
+      if ((order == 0 && !fifo) || (order == 1 && !lifo))
+        continue;
+      if (opt_size > 0 && (size_t)opt_size != sizes[k])
+        continue;
+      batch_round(ptrs, sizes[k], order); /* untimed: the first round faults pages in */
+      double t0 = now_s(), t;
+      long r = 0;
+      do
+        batch_round(ptrs, sizes[k], order);
+      while (++r < rounds && (r < 3 || (t = now_s() - t0) < budget));
+      t = now_s() - t0;
+      printf("batch,%s_%zu_mops_per_s,%.3f\n", order ? "lifo" : "fifo", sizes[k],
+             2.0 * BATCH_N * (double)r / t / 1e6);
+    }
+  }
+}
+
+/* ---------- prodcons: one thread mallocs, another frees ---------- */
+
+#define PC_BATCH 256
+#define PC_RING 16
+
+static struct {
+  _Alignas(CACHE_LINE) _Atomic uint64_t head; /* batches published by the producer */
+  _Alignas(CACHE_LINE) _Atomic uint64_t tail; /* batches freed by the consumer */
+  _Alignas(CACHE_LINE) size_t size;
+  long batches;
+  void **slots; /* PC_RING * PC_BATCH pointers, mmap'ed */
+} pc;
+
+static void *pc_produce(void *arg)
+{
+  (void)arg;
+  uint64_t tail = 0;
+  for (long b = 0; b < pc.batches; b++) {
+    unsigned spins = 0;
+    while ((uint64_t)b - tail >= PC_RING) {
+      tail = atomic_load_explicit(&pc.tail, memory_order_acquire);
+      if ((uint64_t)b - tail >= PC_RING)
+        backoff(&spins);
+    }
+    void **out = pc.slots + (size_t)(b % PC_RING) * PC_BATCH;
+    for (int i = 0; i < PC_BATCH; i++) {
+      void *p = xmalloc(pc.size);
+      *(uint64_t *)p = (uint64_t)b * PC_BATCH + (uint64_t)i;
+      out[i] = p;
+    }
+    atomic_store_explicit(&pc.head, (uint64_t)b + 1, memory_order_release);
+  }
+  return NULL;
+}
+
+static void *pc_consume(void *arg)
+{
+  (void)arg;
+  uint64_t head = 0;
+  for (long b = 0; b < pc.batches; b++) {
+    unsigned spins = 0;
+    while ((uint64_t)b >= head) {
+      head = atomic_load_explicit(&pc.head, memory_order_acquire);
+      if ((uint64_t)b >= head)
+        backoff(&spins);
+    }
+    void **in = pc.slots + (size_t)(b % PC_RING) * PC_BATCH;
+    for (int i = 0; i < PC_BATCH; i++) {
+      if (unlikely(*(uint64_t *)in[i] != (uint64_t)b * PC_BATCH + (uint64_t)i))
+        tag_fail("prodcons", in[i], pc.size, (uint64_t)b * PC_BATCH + (uint64_t)i);
+      free(in[i]);
+    }
+    atomic_store_explicit(&pc.tail, (uint64_t)b + 1, memory_order_release);
+  }
+  return NULL;
+}
+
+static void mode_prodcons(void)
+{
+  static const size_t sizes[] = {64, 1024};
+  long items = pick(opt_ops, 2000000, 1000000);
+  pc.slots = outside(PC_RING * PC_BATCH * sizeof(void *));
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    if (opt_size > 0 && (size_t)opt_size != sizes[k])
+      continue;
+    pc.size = sizes[k];
+    pc.batches = items / PC_BATCH;
+    atomic_store(&pc.head, 0);
+    atomic_store(&pc.tail, 0);
+    pthread_t p, c;
+    double t0 = now_s();
+    start_thread(&c, pc_consume, NULL);
+    start_thread(&p, pc_produce, NULL);
+    pthread_join(p, NULL);
+    pthread_join(c, NULL);
+    double t = now_s() - t0;
+    printf("prodcons,%zu_mops_per_s,%.3f\n", sizes[k], 2.0 * (double)pc.batches * PC_BATCH / t / 1e6);
+  }
+}
+
+/* ---------- falseshare: cache-thrash and cache-scratch ---------- */
+
+#define FS_OBJ 8
+#define FS_WRITES 500
+
+struct fs_worker {
+  _Alignas(CACHE_LINE) pthread_t th;
+  void *handed; /* passive: freed first, so its line may come back to this thread */
+  long iters;
+  double t0, t1;
+};
+
+static struct fs_worker fs_workers[2];
+static pthread_barrier_t fs_barrier;
+
+static void *fs_run(void *arg)
+{
+  struct fs_worker *w = arg;
+  pthread_barrier_wait(&fs_barrier);
+  w->t0 = now_s();
+  if (w->handed)
+    free(w->handed);
+  for (long i = 0; i < w->iters; i++) {
+    volatile char *p = xmalloc(FS_OBJ);
+    for (int r = 0; r < FS_WRITES; r++)
+      for (int j = 0; j < FS_OBJ; j++)
+        p[j]++;
+    free((void *)p);
+  }
+  w->t1 = now_s();
+  return NULL;
+}
+
+static double fs_pass(long iters, int passive)
+{
+  pthread_barrier_init(&fs_barrier, NULL, 2);
+  for (int i = 0; i < 2; i++) {
+    fs_workers[i].iters = iters;
+    fs_workers[i].handed = passive ? xmalloc(FS_OBJ) : NULL;
+  }
+  for (int i = 0; i < 2; i++)
+    start_thread(&fs_workers[i].th, fs_run, &fs_workers[i]);
+  for (int i = 0; i < 2; i++)
+    pthread_join(fs_workers[i].th, NULL);
+  pthread_barrier_destroy(&fs_barrier);
+  double t0 = fs_workers[0].t0 < fs_workers[1].t0 ? fs_workers[0].t0 : fs_workers[1].t0;
+  double t1 = fs_workers[0].t1 > fs_workers[1].t1 ? fs_workers[0].t1 : fs_workers[1].t1;
+  return t1 - t0;
+}
+
+static void mode_falseshare(void)
+{
+  long iters = pick(opt_ops, 40000, 15000);
+  printf("falseshare,active_s,%.4f\n", fs_pass(iters, 0));
+  printf("falseshare,passive_s,%.4f\n", fs_pass(iters, 1));
+}
+
+/* ---------- larson: threads that hand their blocks to their successors ---------- */
+
+#define LARSON_SLOTS 5000
+#define LARSON_MIN 8
+#define LARSON_MAX 1000
+#define LARSON_LINEAGES 2
+
+struct larson_lineage {
+  _Alignas(CACHE_LINE) struct slot *slots; /* mmap'ed per lineage */
+  long rounds_left;
+  uint64_t rng;
+  pthread_t th; /* the thread running now */
+};
+
+static struct larson_lineage larson_lineages[LARSON_LINEAGES];
+static long larson_steps;
+static pthread_mutex_t larson_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t larson_cv = PTHREAD_COND_INITIALIZER;
+static int larson_done;
+
+static void *larson_run(void *arg)
+{
+  struct larson_lineage *l = arg;
+  struct slot *s = l->slots;
+  uint64_t r = l->rng;
+  for (long k = 0; k < larson_steps; k++) {
+    struct slot *v = &s[rng_below(&r, LARSON_SLOTS)];
+    slot_free("larson", v);
+    slot_fill(v, LARSON_MIN + rng_below(&r, LARSON_MAX - LARSON_MIN + 1), r);
+  }
+  l->rng = r;
+  /* the successor takes the array; this thread detaches and exits, as larson's threads do */
+  if (--l->rounds_left > 0) {
+    pthread_detach(pthread_self());
+    start_thread(&l->th, larson_run, l);
+  } else {
+    pthread_detach(pthread_self());
+    pthread_mutex_lock(&larson_mu);
+    larson_done++;
+    pthread_cond_signal(&larson_cv);
+    pthread_mutex_unlock(&larson_mu);
+  }
+  return NULL;
+}
+
+static void mode_larson(void)
+{
+  long ops = pick(opt_ops, 200000, 200000); /* calls per thread */
+  long rounds = pick(opt_rounds, 20, 8);    /* threads per lineage */
+  larson_steps = ops / 2;
+  for (int i = 0; i < LARSON_LINEAGES; i++) {
+    struct larson_lineage *l = &larson_lineages[i];
+    l->slots = outside(LARSON_SLOTS * sizeof(struct slot));
+    l->rng = seed * 7919u + (uint64_t)i;
+    l->rounds_left = rounds;
+    for (int k = 0; k < LARSON_SLOTS; k++)
+      slot_fill(&l->slots[k], LARSON_MIN + rng_below(&l->rng, LARSON_MAX - LARSON_MIN + 1),
+                rng_next(&l->rng));
+  }
+  double t0 = now_s();
+  for (int i = 0; i < LARSON_LINEAGES; i++)
+    start_thread(&larson_lineages[i].th, larson_run, &larson_lineages[i]);
+  pthread_mutex_lock(&larson_mu);
+  while (larson_done < LARSON_LINEAGES)
+    pthread_cond_wait(&larson_cv, &larson_mu);
+  pthread_mutex_unlock(&larson_mu);
+  double t = now_s() - t0;
+  printf("larson,mops_per_s,%.3f\n",
+         (double)LARSON_LINEAGES * (double)rounds * (double)(larson_steps * 2) / t / 1e6);
+  for (int i = 0; i < LARSON_LINEAGES; i++)
+    for (int k = 0; k < LARSON_SLOTS; k++)
+      slot_free("larson", &larson_lineages[i].slots[k]);
+}
+
+/* ---------- bigheap: latency of free+malloc against a large live set ---------- */
+/* The timer is latency.c's: lfence; rdtsc ... rdtscp; lfence, calibrated against the monotonic
+ * clock, the counter's step found as the gcd of back-to-back differences, the mean of an empty
+ * region subtracted, percentiles interpolated within a step. */
+
+static inline uint64_t t_start(void)
+{
+  uint32_t lo, hi;
+  __asm__ volatile("lfence\n\trdtsc\n\tlfence" : "=a"(lo), "=d"(hi) : : "memory");
+  return ((uint64_t)hi << 32) | lo;
+}
+
+static inline uint64_t t_stop(void)
+{
+  uint32_t lo, hi, aux;
+  __asm__ volatile("rdtscp\n\tlfence" : "=a"(lo), "=d"(hi), "=c"(aux) : : "memory");
+  return ((uint64_t)hi << 32) | lo;
+}
+
+static inline uint32_t sample(uint64_t t0, uint64_t t1)
+{
+  uint64_t d = t1 - t0;
+  return d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+}
+
+static double ns_per_tick, overhead, tick_q = 1;
+static size_t radix_count[65536];
+
+static void radix_sort(uint32_t *a, uint32_t *tmp, size_t n)
+{
+  for (int pass = 0; pass < 2; pass++) {
+    int shift = pass * 16;
+    memset(radix_count, 0, sizeof radix_count);
+    for (size_t i = 0; i < n; i++)
+      radix_count[(a[i] >> shift) & 0xffff]++;
+    size_t sum = 0;
+    for (size_t d = 0; d < 65536; d++) {
+      size_t c = radix_count[d];
+      radix_count[d] = sum;
+      sum += c;
+    }
+    for (size_t i = 0; i < n; i++)
+      tmp[radix_count[(a[i] >> shift) & 0xffff]++] = a[i];
+    memcpy(a, tmp, n * sizeof *a);
+  }
+}
+
+static double pct(const uint32_t *s, size_t n, double p)
+{
+  double r = p / 100.0 * (double)n;
+  size_t k = (size_t)ceil(r);
+  k = k < 1 ? 1 : k > n ? n : k;
+  uint32_t v = s[k - 1];
+  size_t lo = k - 1, hi = k;
+  while (lo > 0 && s[lo - 1] == v)
+    lo--;
+  while (hi < n && s[hi] == v)
+    hi++;
+  double frac = (r - (double)lo) / (double)(hi - lo);
+  frac = frac < 0 ? 0 : frac > 1 ? 1 : frac;
+  double ticks = (double)v - tick_q / 2.0 + frac * tick_q - overhead;
+  return ticks > 0 ? ticks * ns_per_tick : 0;
+}
+
+static uint64_t gcd64(uint64_t a, uint64_t b)
+{
+  while (b) {
+    uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+static void calibrate(uint32_t *buf, uint32_t *tmp, size_t cap)
+{
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC_RAW, &a);
+  uint64_t c0 = t_start(), c1;
+  double span;
+  do {
+    clock_gettime(CLOCK_MONOTONIC_RAW, &b);
+    c1 = t_start();
+    span = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
+  } while (span < 50e6);
+  ns_per_tick = span / (double)(c1 - c0);
+  uint64_t g = 0, prev = t_start();
+  for (int i = 0; i < 100000; i++) {
+    uint64_t t = t_start();
+    if (t != prev)
+      g = gcd64(g, t - prev);
+    prev = t;
+  }
+  tick_q = g ? (double)g : 1;
+  /* trimmed mean of an empty region (samples past median + 2 steps are interrupts) */
+  size_t n = cap < 40000 ? cap : 40000;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t x = t_start();
+    uint64_t y = t_stop();
+    buf[i] = sample(x, y);
+  }
+  radix_sort(buf, tmp, n);
+  double cut = buf[n / 2] + 2 * tick_q, sum = 0;
+  size_t m = 0;
+  for (size_t i = 0; i < n && buf[i] <= cut; i++, m++)
+    sum += buf[i];
+  overhead = sum / (double)m;
+}
+
+#define BIGHEAP_LIVE 262144
+
+static void mode_bigheap(void)
+{
+  size_t size = (size_t)pick(opt_size, 64, 64);
+  size_t pairs = (size_t)pick(opt_ops, 1000000, 400000);
+  if (size < 8) {
+    fprintf(stderr, "scale bigheap: --size must be >= 8\n");
+    exit(2);
+  }
+  uint32_t *samples = outside(pairs * sizeof(uint32_t));
+  uint32_t *tmp = outside(pairs * sizeof(uint32_t));
+  struct slot *live = outside(BIGHEAP_LIVE * sizeof(struct slot));
+  calibrate(samples, tmp, pairs);
+  uint64_t r = seed;
+  for (size_t i = 0; i < BIGHEAP_LIVE; i++)
+    slot_fill(&live[i], (uint32_t)size, rng_next(&r));
+  /* untimed warm-up: the free lists leave allocation order before anything is measured */
+  for (size_t k = 0; k < BIGHEAP_LIVE; k++) {
+    struct slot *v = &live[rng_below(&r, BIGHEAP_LIVE)];
+    slot_free("bigheap", v);
+    slot_fill(v, (uint32_t)size, r);
+  }
+  double sum = 0;
+  for (size_t k = 0; k < pairs; k++) {
+    struct slot *v = &live[rng_below(&r, BIGHEAP_LIVE)];
+    void *old = v->p;
+    if (!opt_cold) /* a program reads a block before it frees it */
+      tag_check("bigheap", old, size, v->tag);
+    uint64_t t0 = t_start();
+    free(old);
+    void *p = malloc(size);
+    uint64_t t1 = t_stop();
+    if (unlikely(!p)) {
+      fprintf(stderr, "scale: malloc(%zu) returned NULL\n", size);
+      exit(1);
+    }
+    samples[k] = sample(t0, t1);
+    sum += samples[k];
+    tag_write(p, size, r);
+    v->p = p;
+    v->tag = r;
+  }
+  radix_sort(samples, tmp, pairs);
+  static const double ps[] = {50, 99, 99.9, 99.99};
+  static const char *const names[] = {"p50", "p99", "p99.9", "p99.99"};
+  const char *cold = opt_cold ? "cold_" : "";
+  for (int i = 0; i < 4; i++)
+    printf("bigheap,%s%zu_%s_ns,%.2f\n", cold, size, names[i], pct(samples, pairs, ps[i]));
+  double mx = ((double)samples[pairs - 1] - overhead) * ns_per_tick;
+  double mean = (sum / (double)pairs - overhead) * ns_per_tick;
+  printf("bigheap,%s%zu_max_ns,%.2f\n", cold, size, mx > 0 ? mx : 0);
+  printf("bigheap,%s%zu_mean_ns,%.2f\n", cold, size, mean > 0 ? mean : 0);
+  for (size_t i = 0; i < BIGHEAP_LIVE; i++)
+    slot_free("bigheap", &live[i]);
+}
+
+/* ---------- idle: a thousand threads that allocated and now wait ---------- */
+
+#define IDLE_THREADS 1000
+#define IDLE_BLOCKS 400
+
+static pthread_mutex_t idle_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t idle_cv = PTHREAD_COND_INITIALIZER; /* worker -> main: work done */
+static pthread_cond_t idle_go = PTHREAD_COND_INITIALIZER; /* main -> workers: exit */
+static int idle_ready, idle_release;
+
+static void *idle_run(void *arg)
+{
+  uint64_t r = seed * 31337u + (uint64_t)(uintptr_t)arg;
+  void *blocks[IDLE_BLOCKS];
+  uint32_t sizes[IDLE_BLOCKS];
+  for (int i = 0; i < IDLE_BLOCKS; i++) {
+    sizes[i] = rng_logsize(&r);
+    blocks[i] = xmalloc(sizes[i]);
+    memset(blocks[i], (int)(i & 0xff), sizes[i]); /* a program uses what it allocates */
+  }
+  for (int i = 0; i < IDLE_BLOCKS; i++) {
+    const unsigned char *b = blocks[i];
+    if (unlikely(b[0] != (i & 0xff) || b[sizes[i] - 1] != (i & 0xff)))
+      tag_fail("idle", b, sizes[i], (uint64_t)(i & 0xff));
+    free(blocks[i]);
+  }
+  pthread_mutex_lock(&idle_mu);
+  idle_ready++;
+  pthread_cond_signal(&idle_cv);
+  while (!idle_release)
+    pthread_cond_wait(&idle_go, &idle_mu);
+  pthread_mutex_unlock(&idle_mu);
+  return NULL;
+}
+
+static void mode_idle(void)
+{
+  long n = pick(opt_threads, IDLE_THREADS, IDLE_THREADS);
+  pthread_t *th = outside((size_t)n * sizeof(pthread_t));
+  printf("idle,rss_start_kb,%ld\n", status_kb("VmRSS:"));
+  double t0 = now_s();
+  for (long i = 0; i < n; i++) {
+    start_thread(&th[i], idle_run, (void *)(uintptr_t)i);
+    pthread_mutex_lock(&idle_mu);
+    while (idle_ready <= i)
+      pthread_cond_wait(&idle_cv, &idle_mu);
+    pthread_mutex_unlock(&idle_mu);
+  }
+  double t = now_s() - t0;
+  printf("idle,rss_idle_kb,%ld\n", status_kb("VmRSS:"));
+  pthread_mutex_lock(&idle_mu);
+  idle_release = 1;
+  pthread_cond_broadcast(&idle_go);
+  pthread_mutex_unlock(&idle_mu);
+  for (long i = 0; i < n; i++)
+    pthread_join(th[i], NULL);
+  printf("idle,rss_after_exit_kb,%ld\n", status_kb("VmRSS:"));
+  printf("idle,create_s,%.4f\n", t);
+}
+
+/* ---------- map ---------- */
+
+#ifdef SCALE_NO_MAP /* built without a C++ compiler */
+void scale_map(long entries, unsigned long long seed)
+{
+  (void)entries, (void)seed;
+  fprintf(stderr, "scale map: built without C++ (no scale_cxx.cc)\n");
+  exit(2);
+}
+#endif
+
+static void mode_map(void) { scale_map(pick(opt_ops, 1000000, 500000), seed); }
+
+/* ---------- main ---------- */
+
+static const struct {
+  const char *name;
+  void (*run)(void);
+} modes[] = {
+  {"own", mode_own},         {"batch", mode_batch},   {"prodcons", mode_prodcons},
+  {"falseshare", mode_falseshare}, {"larson", mode_larson}, {"map", mode_map},
+  {"bigheap", mode_bigheap}, {"idle", mode_idle},
+};
+
+static void usage(void)
+{
+  fprintf(stderr, "usage: scale MODE [--quick] [--threads T] [--ops N] [--rounds N] [--size B]\n"
+                  "                  [--order fifo|lifo|both] [--cold] [--seed S]\n"
+                  "modes: own batch prodcons falseshare larson map bigheap idle\n");
+  exit(2);
+}
+
+static long arg_long(const char *s)
+{
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 0);
+  if (errno || *end || v < 0)
+    usage();
+  return v;
+}
+
+int main(int argc, char **argv)
+{
+  if (argc < 2)
+    usage();
+  const char *mode = argv[1];
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--quick")) quick = 1;
+    else if (!strcmp(a, "--cold")) opt_cold = 1;
+    else if (v && !strcmp(a, "--threads")) opt_threads = arg_long(argv[++i]);
+    else if (v && !strcmp(a, "--ops")) opt_ops = arg_long(argv[++i]);
+    else if (v && !strcmp(a, "--rounds")) opt_rounds = arg_long(argv[++i]);
+    else if (v && !strcmp(a, "--size")) opt_size = arg_long(argv[++i]);
+    else if (v && !strcmp(a, "--seed")) seed = (uint64_t)arg_long(argv[++i]);
+    else if (v && !strcmp(a, "--order") &&
+             (!strcmp(v, "fifo") || !strcmp(v, "lifo") || !strcmp(v, "both"))) opt_order = argv[++i];
+    else usage();
+  }
+  logsize_init();
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++)
+    if (!strcmp(mode, modes[k].name)) {
+      modes[k].run();
+      return 0;
+    }
+  usage();
+}

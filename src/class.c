@@ -95,6 +95,8 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     if (k->xfer_max > FM_XFER) k->xfer_max = FM_XFER;
     if (k->xfer_max < 1) k->xfer_max = 1;
     k->reserve = (uint64_t)heap_chunks * o->class_bp[c] / 10000;
+    k->stride = size / FM_ALIGN;
+    k->bucket_mul = (((uint64_t)FM_BUCKETS << 32) + n - 1) / n;   /* (nblocks - 1) * it >> 32 < FM_BUCKETS */
     for (unsigned h = 0; h < FM_SHARDS; h++) {
       pthread_mutex_init(&k->sh[h].lock, NULL);
       k->sh[h].epoch = 1;
@@ -108,7 +110,7 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
 /* ---- buckets ----------------------------------------------------------------------------- */
 /* Bucket 0 holds the fullest spans; a span with no free block is in none (FM_BUCKETS). */
 static uint32_t bucket_of(const struct fm_class *k, uint32_t nfree) {
-  return nfree ? (uint32_t)((uint64_t)(nfree - 1) * FM_BUCKETS / k->nblocks) : FM_BUCKETS;
+  return nfree ? (uint32_t)((uint64_t)(nfree - 1) * k->bucket_mul >> 32) : FM_BUCKETS;
 }
 
 static void bucket_remove(struct fm_shard *h, uint32_t head) {
@@ -155,6 +157,9 @@ static bool span_new(unsigned c, struct fm_shard *h) {
   memset(sum, 0, 64);
   for (uint32_t i = 0; i < groups(k); i++) sum[i / 64] |= 1ull << (i % 64);
   struct fm_run *r = span_rec(head);
+  r->flags = 0;
+  for (uint32_t j = 0; j < k->span_chunks; j++)
+    if (span_chunk_dirty(head + j)) r->flags = RUN_DIRTY;   /* reused memory: no block reads as zero */
   r->nfree = k->nblocks;
   r->hw = 0;
   r->epoch = h->epoch;
@@ -173,42 +178,39 @@ static void span_retire(const struct fm_class *k, struct fm_shard *h, uint32_t h
 }
 
 /* ---- batches ----------------------------------------------------------------------------- */
-/* Block q of the span at head, never handed out, lies in chunks that held no pages when the
- * span was made (the bits change only when the run is freed): it should read as zero. */
-static bool fresh(const struct fm_class *k, uint32_t head, uint32_t q) {
-  uint64_t from = (uint64_t)q * k->size, to = from + k->size - 1;
-  for (uint32_t i = head + (uint32_t)(from >> fm_pool.chunk_shift); i <= head + (uint32_t)(to >> fm_pool.chunk_shift); i++)
-    if (span_chunk_dirty(i)) return false;
-  return true;
-}
-
-/* Takes up to `want` FREE blocks of span head into p, marking them CACHED (ZERO when fresh). */
+/* Takes up to `want` FREE blocks of span head into p, marking them CACHED (ZERO when never
+ * handed out from a span made of memory that held no pages). */
 static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t head, void **p, uint32_t want) {
   struct fm_run *r = span_rec(head);
   uint64_t *sum = summary(head);
   uint8_t *base = (uint8_t *)chunk_addr(head);
-  uint32_t got = 0;
+  fm_st *st0 = state_of(k, head, 0);
+  uint32_t got = 0, hw = r->hw, stride = k->stride;
+  fm_st fresh = r->flags & RUN_DIRTY ? ST_CACHED : ST_ZERO;
   for (unsigned s = 0; s < 8 && got < want; s++)
     while (sum[s] && got < want) {
       uint32_t g = s * 64 + (uint32_t)__builtin_ctzll(sum[s]), q = g * 8, end = q + 8, left = 0;
       if (end > k->nblocks) end = k->nblocks;
       for (; q < end; q++) {
-        fm_st *sq = state_of(k, head, q);
+        fm_st *sq = st0 + (size_t)q * stride;
         if (st_load(sq) != ST_FREE) continue;
         if (got == want) {
           left = 1;
           break;
         }
-        st_store(sq, q >= r->hw && fresh(k, head, q) ? ST_ZERO : ST_CACHED);
-        if (q >= r->hw) r->hw = q + 1;
+        st_store(sq, q >= hw ? fresh : ST_CACHED);
         p[got++] = base + (size_t)q * k->size;
       }
+      if (q > hw) hw = q;   /* blocks below the last one looked at were handed out or are now */
       if (!left) sum[s] &= ~(1ull << (g % 64));
     }
+  r->hw = hw;
   if (got > r->nfree) fault_stop("a span's state bytes are damaged", base, (int)(k - fm_pool.cls));
   r->nfree -= got;
-  bucket_remove(h, head);
-  bucket_insert(k, h, head);
+  if (bucket_of(k, r->nfree) != r->bucket) {
+    bucket_remove(h, head);
+    bucket_insert(k, h, head);
+  }
   return got;
 }
 
@@ -237,16 +239,13 @@ uint32_t class_take(unsigned c, unsigned sh, void **p, uint32_t want, bool grow)
   return got;
 }
 
-/* Returns CACHED block p to its span in shard h (h's lock held); a span with no block out goes
- * back to the pool, but for one kept as the shard's spare. */
-static void give_one(const struct fm_class *k, unsigned c, struct fm_shard *h, void *p) {
-  uint32_t ch = (uint32_t)(((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift);
-  uint64_t e = fm_pool.line[ch].e;
-  uint32_t head = span_head(e);
-  struct fm_run *r = span_rec(head);
+/* Returns CACHED block p, of the span at head (record r, line entry e), to that span in shard
+ * h (h's lock held); a span with no block out goes back to the pool, but for one kept as the
+ * shard's spare. */
+static void give_one(const struct fm_class *k, unsigned c, struct fm_shard *h, void *p, uint64_t e, uint32_t head, struct fm_run *r) {
   fm_st *st = fm_st_of(p);
   h->out--;
-  if ((e & 0xff) != c + 1 || !st_cached(st_load(st))) fault_stop("a thread cache is damaged", p, (int)c);
+  if (!st_cached(st_load(st))) fault_stop("a thread cache is damaged", p, (int)c);
   if (r->epoch != h->epoch) return;   /* a span abandoned at fork: the child leaves it */
   uint32_t q = block_of(c, (uintptr_t)(e >> 8), p);
   st_store(st, ST_FREE);
@@ -261,12 +260,6 @@ static void give_one(const struct fm_class *k, unsigned c, struct fm_shard *h, v
     bucket_remove(h, head);
     bucket_insert(k, h, head);
   }
-}
-
-/* The shard of the span holding block p. */
-static unsigned shard_of(const void *p) {
-  uint64_t e = fm_pool.line[((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift].e;
-  return span_rec(span_head(e))->shard & (FM_SHARDS - 1);
 }
 
 /* Takes back n CACHED blocks of class c from a thread of shard sh: a whole batch goes to the
@@ -285,15 +278,21 @@ void class_give(unsigned c, unsigned sh, void *const *p, uint32_t n) {
     }
     fm_unlock(&h->lock);
   }
-  for (uint32_t i = 0; i < n;) {
-    if (class_at(p[i]) != (int)c) fault_stop("a thread cache is damaged", p[i], (int)c);
-    unsigned s = shard_of(p[i]);
-    h = &k->sh[s];
-    fm_lock(&h->lock);
-    do give_one(k, c, h, p[i++]);
-    while (i < n && class_at(p[i]) == (int)c && shard_of(p[i]) == s);
-    fm_unlock(&h->lock);
+  h = NULL;
+  for (uint32_t i = 0; i < n; i++) {
+    uintptr_t off = (uintptr_t)p[i] - fm_pool.heap_base;
+    uint64_t e = off < fm_pool.heap_size ? fm_pool.line[off >> fm_pool.chunk_shift].e : 0;
+    if ((e & 0xff) != c + 1) fault_stop("a thread cache is damaged", p[i], (int)c);
+    uint32_t head = span_head(e);
+    struct fm_run *r = span_rec(head);
+    struct fm_shard *x = &k->sh[r->shard & (FM_SHARDS - 1)];
+    if (x != h) {
+      if (h) fm_unlock(&h->lock);
+      fm_lock(&(h = x)->lock);
+    }
+    give_one(k, c, h, p[i], e, head, r);
   }
+  if (h) fm_unlock(&h->lock);
 }
 
 void class_note(unsigned c, unsigned sh, bool borrowed) {

@@ -36,13 +36,15 @@ hidden int64_t span_alloc(uint32_t len, unsigned owner, bool large);   /* first 
 hidden int64_t span_alloc_aligned(uint32_t len, size_t align);
 hidden void span_free(uint32_t i);
 hidden bool span_resize(uint32_t i, uint32_t len);
-hidden struct fm_run *span_rec(uint32_t i);
 hidden bool span_chunk_dirty(uint32_t i);
 hidden int span_trim(void);
 hidden void span_after_fork(void);
 struct span_stats { size_t used, used_peak, free, dirty, top, released, large_held; };
 hidden void span_stats(struct span_stats *s);
 hidden int span_check(void);
+
+/* The run record of chunk i (for the span and large layers above). */
+static inline struct fm_run *span_rec(uint32_t i) { return &fm_pool.rec[i]; }
 
 /* large.c */
 hidden void *large_alloc(size_t size, size_t align);

@@ -289,7 +289,7 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
 
 /* ---- interface --------------------------------------------------------------------------- */
 void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t retain_bytes) {
-  H.rec = rec;
+  H.rec = fm_pool.rec = rec;
   H.pages = pages;
   H.nchunks = nchunks;
   H.retain = retain_bytes >> fm_pool.chunk_shift;
@@ -404,9 +404,6 @@ out:
   fm_unlock(&H.lock);
   return ok;
 }
-
-/* The run record of chunk i (for the span and large layers above). */
-struct fm_run *span_rec(uint32_t i) { return R(i); }
 
 /* malloc_trim: every free page goes back, oldest runs first. */
 int span_trim(void) {

@@ -125,6 +125,7 @@ static inline int st_live(unsigned s) { return s >= ST_LIVE && s != ST_NONE; }
 static inline fm_st st_load(const fm_st *s) { return __atomic_load_n(s, __ATOMIC_RELAXED); }
 static inline void st_store(fm_st *s, fm_st v) { __atomic_store_n(s, v, __ATOMIC_RELAXED); }
 enum { RUN_FREE = 1, RUN_SPAN = 2, RUN_LARGE = 3 };    /* struct fm_run's kind */
+enum { RUN_DIRTY = 1 };                                 /* struct fm_run's flags */
 
 _Static_assert(FM_CLASS_MAX < 255, "class ids + 1 fit in the page map's byte");
 _Static_assert(FM_SPAN_BLOCKS / 64 / 8 <= 8, "the free-group summary fits in 64 bytes");
@@ -187,6 +188,8 @@ struct fm_shard {
 struct fm_class {
   uint32_t size, batch, nblocks, span_chunks;
   uint32_t xfer_max;                  /* batches a shard's transfer cache holds */
+  uint32_t stride;                    /* size / 16: state bytes from one block's to the next's */
+  uint64_t bucket_mul;                /* 2^32 * FM_BUCKETS / nblocks, rounded up (bucket_of) */
   uint64_t reserve;                   /* chunks held for this class (FLATMALLOC_CLASSES percent) */
   struct fm_shard sh[FM_SHARDS];
 };
@@ -197,7 +200,7 @@ struct fm_run {
   uint32_t len;        /* chunks in the run */
   uint8_t kind;        /* RUN_FREE, RUN_SPAN, RUN_LARGE */
   uint8_t cls;
-  uint16_t flags;
+  uint16_t flags;      /* spans: RUN_DIRTY when a chunk held pages at the span's making */
   uint32_t head;       /* in a run's last chunk: index of its first */
   uint32_t next, prev; /* free runs: TLSF list; spans: bucket list (chunk index + 1) */
   uint32_t older, newer;  /* free runs with pages: the release FIFO (chunk index + 1) */
@@ -250,6 +253,7 @@ struct fm_pool {
   bool count_lockers;        /* check.c's native calls are on: fm_lock counts in lockers */
   _Atomic uint32_t lockers;  /* program threads holding or waiting for a class's or the heap's lock */
   _Atomic int state;         /* pool.c: none, starting, ready */
+  struct fm_run *rec;        /* run records, one per chunk (span.c) */
   struct fm_tcache *slots;
   uint32_t slots_max;
   _Atomic uint32_t slots_used;

@@ -105,6 +105,9 @@ size_t flatmalloc_stats_json(char *buf, size_t size) {
   field(&f, ",\"committed\":", committed());
   field(&f, ",\"in_use\":", ss.used);
   field(&f, ",\"peak\":", ss.used_peak);
+  uint64_t cached = 0;
+  for (unsigned c = 0; c < fm_pool.nclass; c++) cached += tcache_cached(c) * fm_pool.cls[c].size;
+  field(&f, ",\"cached\":", cached);
   field(&f, ",\"free_with_pages\":", ss.dirty);
   field(&f, ",\"returned\":", ss.released);
   field(&f, ",\"chunk\":", chunk);

@@ -285,7 +285,9 @@ void tcache_free(void *p, unsigned c, fm_st *st) {
   if (s == tc->tag && s != ST_LIVE) {
     st_store(st, ST_CACHED);
   } else {
-    if (!__atomic_compare_exchange_n(st, &s, s == ST_LIVE ? ST_CACHED : ST_REMOTE, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    /* the state was LIVE when free() checked it: anything else now is another free's doing */
+    if (!st_live(s) || !__atomic_compare_exchange_n(st, &s, s == ST_LIVE ? ST_CACHED : ST_REMOTE, false,
+                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
       fault_stop("double free (by two threads at once)", p, (int)c);
     if (s != ST_LIVE) {
       remote_push(&fm_pool.slots[s - ST_OWNED], p);

@@ -29,6 +29,7 @@ hidden cold __attribute__((noreturn)) void fault_stop(const char *what, const vo
 /* options.c */
 hidden void options_read(struct fm_options *o);
 hidden cold __attribute__((noreturn)) void options_fail(const char *name, const char *value, const char *why);
+hidden void options_check_room(const struct fm_options *o, uint32_t heap_chunks);   /* after class_setup */
 
 /* span.c: runs of chunks, for spans and large blocks */
 hidden void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t retain_bytes);

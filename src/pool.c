@@ -78,6 +78,7 @@ static void pool_layout(void *mem, size_t size) {
   class_setup(o, cls_of, heap_chunks);
   P->cls_of = cls_of;
   if (heap_chunks < P->cls[o->nclass - 1].span_chunks) too_small(size);
+  options_check_room(o, heap_chunks);
   span_setup((struct fm_run *)(base + rec_off), (uint64_t *)(base + pages_off), heap_chunks, o->retain);
 }
 

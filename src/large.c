@@ -51,17 +51,21 @@ bool large_owns(const void *p) {
   return off < fm_pool.heap_size && !(off & (chunk_bytes() - 1)) && fm_pool.line[off >> fm_pool.chunk_shift].e == LARGE_HEAD;
 }
 
-/* Always-on check of a pointer in the heap but not in a span, handed to free or realloc:
- * returns when p is a large block, else stops the program naming what p is. */
-void large_verify(const void *p) {
+/* Always-on check of a pointer in the heap but not in a span, handed to call: returns when p
+ * is a large block, else stops the program naming the call and what p is. A pointer into a
+ * free run was handed out and freed (a large block, or a block of a span that went back to
+ * the heap); one into a large block, not at its start, is interior; one above top was never
+ * handed out. */
+void large_verify(const void *p, enum fault_call call) {
   if (large_owns(p)) return;
-  uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
-  if (off & (FM_ALIGN - 1)) fault_stop("free of a misaligned pointer", p, -1);
-  if (off & (chunk_bytes() - 1)) fault_stop("free of an interior pointer", p, -1);
-  uint32_t i = chunk_of(p);
-  struct fm_run *r = span_rec(i);
-  if (r->kind == RUN_FREE && r->len && span_rec(i + r->len - 1)->head == i) fault_stop("double free", p, -1);
-  fault_stop("free of a pointer not allocated by flatmalloc", p, -1);
+  if (((uintptr_t)p - fm_pool.heap_base) & (FM_ALIGN - 1)) fault_bad(call, FAULT_MISALIGNED, p, -1);
+  fault_bad(call, large_fault(p), p, -1);
+}
+
+/* What p, in the heap but neither in a span nor a large block's start, is (see above). */
+enum fault_kind large_fault(const void *p) {
+  int kind = span_kind_at(chunk_of(p));
+  return kind == RUN_FREE ? FAULT_FREED : kind == RUN_LARGE ? FAULT_INTERIOR : FAULT_FOREIGN;
 }
 
 void large_free(void *p) {

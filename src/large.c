@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "os.h"
 
 #define LARGE_HEAD (~0xffull)   /* page map of a large block's first chunk: class byte 0 */
 
@@ -33,16 +34,21 @@ void *large_alloc(size_t size, size_t align) {
   return mark(span_alloc_aligned(len, align));
 }
 
-/* calloc of a large block: chunks that never held pages, or gave them back, read as zero. */
+/* calloc of a large block. Chunks that may hold pages are cleared. The others never held pages
+ * or gave them back, but a stray write past a neighbouring block may have touched them since:
+ * giving their pages back again makes them read as zero, in one system call per stretch, at
+ * the cost of a page-table walk where (as almost always) no page is there, and without
+ * faulting a page in. A prefaulted pool keeps its pages: those are cleared too. */
 void *large_calloc(size_t size) {
   uint8_t *p = large_alloc(size, 0);
   if (!p) return NULL;
   uint32_t first = chunk_of(p), n = (uint32_t)((size + chunk_bytes() - 1) >> fm_pool.chunk_shift);
-  for (uint32_t i = 0; i < n; i++)
-    if (span_chunk_dirty(first + i)) {
-      size_t at = (size_t)i << fm_pool.chunk_shift, len = size - at < chunk_bytes() ? size - at : chunk_bytes();
-      memset(p + at, 0, len);
-    }
+  for (uint32_t i = 0, j; i < n; i = j) {
+    bool dirty = span_chunk_dirty(first + i);
+    for (j = i + 1; j < n && span_chunk_dirty(first + j) == dirty;) j++;
+    size_t at = (size_t)i << fm_pool.chunk_shift, len = (size_t)(j - i) << fm_pool.chunk_shift;
+    if (dirty || fm_pool.opt.prefault || !os_release(p + at, len)) memset(p + at, 0, size - at < len ? size - at : len);
+  }
   return p;
 }
 

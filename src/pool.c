@@ -79,7 +79,8 @@ static void pool_layout(void *mem, size_t size) {
   uint8_t *cls_of = (uint8_t *)(base + tab_off);
   class_setup(o, cls_of, heap_chunks);
   P->cls_of = cls_of;
-  if (heap_chunks < P->cls[o->nclass - 1].span_chunks) too_small(size);
+  for (unsigned c = 0; c < o->nclass; c++)
+    if (heap_chunks < P->cls[c].span_chunks) too_small(size);   /* the largest class's, as a rule */
   options_check_room(o, heap_chunks);
   span_setup((struct fm_run *)(base + rec_off), (uint64_t *)(base + pages_off), heap_chunks, o->retain);
 }

@@ -64,7 +64,7 @@ void flatmalloc_free_aligned_sized(void *p, size_t alignment, size_t size) {
 size_t flatmalloc_malloc_usable_size(void *p) {
   if (!p) return 0;
   if (fm_pool.checked) return check_usable(p);
-  return block_usable(p);
+  return block_usable(p, CALL_USABLE);
 }
 
 void *flatmalloc_calloc(size_t count, size_t size) {
@@ -154,10 +154,8 @@ void *flatmalloc_realloc(void *p, size_t size) {
     return NULL;
   }
   if (fm_pool.checked) return check_realloc(p, size);
+  size_t old = block_usable(p, CALL_REALLOC);
   int c = class_at(p);
-  if (c >= 0) class_verify(p, (unsigned)c);
-  else if ((uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) large_verify(p);
-  size_t old = block_usable(p);
   if (c >= 0) {
     /* keep the block when the new size fits and would not waste more than half of it */
     if (size <= old && (size > old / 2 || old <= 16)) return p;

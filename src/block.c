@@ -30,21 +30,29 @@ void *block_alloc_aligned(size_t align, size_t size) {
 void block_free(void *p) {
   int c = class_at(p);
   if (c >= 0) {
-    tcache_free(p, (unsigned)c, class_verify(p, (unsigned)c));
+    tcache_free(p, (unsigned)c, class_verify(p, (unsigned)c, CALL_FREE));
   } else if ((uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
-    large_verify(p);
+    large_verify(p, CALL_FREE);
     large_free(p);
   } else if (!boot_owns(p)) {
-    fault_stop("free of a pointer not allocated by flatmalloc", p, -1);
+    fault_bad(CALL_FREE, FAULT_FOREIGN, p, -1);
   }
 }
 
-size_t block_usable(const void *p) {
+/* The usable size of live block p, which the program handed to call; any other pointer stops
+ * the program, as free would. */
+size_t block_usable(const void *p, enum fault_call call) {
   int c = class_at(p);
-  if (c >= 0) return fm_pool.cls[c].size;
-  if (large_owns(p)) return large_usable(p);
+  if (c >= 0) {
+    class_verify(p, (unsigned)c, call);
+    return fm_pool.cls[c].size;
+  }
+  if ((uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
+    large_verify(p, call);
+    return large_usable(p);
+  }
   if (boot_owns(p)) return boot_usable(p);
-  fault_stop("malloc_usable_size of a pointer not allocated by flatmalloc", p, -1);
+  fault_bad(call, FAULT_FOREIGN, p, -1);
 }
 
 /* ---- for native code --------------------------------------------------------------------- */

@@ -197,7 +197,12 @@ static enum verdict check_find(void *p, struct check_block *f) {
   struct check_hdr *h = (struct check_hdr *)((uint8_t *)p - FM_ALIGN);
   f->h = h;
   bool live = h->magic == magic(h, true);
-  if (!live) return h->magic == magic(h, false) ? V_FREED : V_INTERIOR;   /* its span or run may be gone */
+  if (!live && h->magic == magic(h, false)) return V_FREED;
+  if (!live && f->cls >= 0) return V_INTERIOR;
+  if (!live) {   /* its span or run may be gone, and its pages with it */
+    enum fault_kind k = large_fault(p);
+    return k == FAULT_FREED ? V_FREED : k == FAULT_FOREIGN ? V_FOREIGN : V_INTERIOR;
+  }
   f->b = (uint8_t *)h - (size_t)h->off16 * FM_ALIGN;
   if (f->cls >= 0) {
     /* the header must sit inside the block that p's address belongs to */
@@ -223,6 +228,9 @@ static const char *const verdict_text[] = {
   [V_MISALIGNED] = "free of a misaligned pointer",
   [V_OVERRUN] = "write past the end of a block",
 };
+/* The same faults for a call that names itself (fault_bad: "realloc of a freed block"). */
+static const enum fault_kind verdict_kind[] = {
+  [V_FREED] = FAULT_FREED, [V_FOREIGN] = FAULT_FOREIGN, [V_INTERIOR] = FAULT_INTERIOR, [V_MISALIGNED] = FAULT_MISALIGNED};
 
 /* "free of a block allocated by new[]": the releasing function and the allocating one. */
 static const char *const released_by[] = {[KIND_MALLOC] = "free", [KIND_NEW] = "delete", [KIND_NEW_ARRAY] = "delete[]"};
@@ -255,10 +263,8 @@ static bool check_take(void *p, struct check_block *f, int release, bool realloc
     return true;
   }
   if (fm_pool.opt.check) {
-    const char *what = verdict_text[v];
-    if (realloc_call && v == V_FREED) what = "realloc of a freed block";
-    else if (realloc_call && v != V_OVERRUN) what = "realloc of a pointer flatmalloc did not hand out";
-    fault_stop(what, p, v == V_FOREIGN ? -1 : f->cls);
+    if (realloc_call && v != V_OVERRUN) fault_bad(CALL_REALLOC, verdict_kind[v], p, v == V_FOREIGN ? -1 : f->cls);
+    fault_stop(verdict_text[v], p, v == V_FOREIGN ? -1 : f->cls);
   }
   return false;
 }
@@ -832,8 +838,13 @@ size_t check_usable(void *p) {
   if (boot_owns(p)) return boot_usable(p);
   if (forward) return tool_heap.usable(p);
   pending_flush();
-  if (!check_take(p, &f, -1, false)) return 0;
-  return f.size;
+  VALGRIND_DISABLE_ERROR_REPORTING;
+  enum verdict v = check_find(p, &f);
+  VALGRIND_ENABLE_ERROR_REPORTING;
+  if (v == V_OK) return f.size;
+  if (!fm_pool.opt.check) return 0;
+  if (v == V_OVERRUN) fault_stop(verdict_text[v], p, f.cls);
+  fault_bad(CALL_USABLE, verdict_kind[v], p, v == V_FOREIGN ? -1 : f.cls);
 }
 
 /* ---- start-up and exit under Valgrind ---------------------------------------------------- */

@@ -53,19 +53,19 @@ void *class_block(const void *p, unsigned c, fm_st **st) {
   return (void *)(chunk_addr(head) + (uintptr_t)q * k->size);
 }
 
-/* The state byte of p, which free() or realloc() was handed, when p is a LIVE block of class c;
- * otherwise stops the program naming what p is. */
-fm_st *class_verify(const void *p, unsigned c) {
+/* The state byte of p, which the program handed to call (free, realloc, malloc_usable_size),
+ * when p is a LIVE block of class c; otherwise stops the program naming the call and what p is. */
+fm_st *class_verify(const void *p, unsigned c, enum fault_call call) {
   const struct fm_class *k = &fm_pool.cls[c];
   uint32_t head, q;
-  if ((uintptr_t)p & (FM_ALIGN - 1)) fault_stop("free of a misaligned pointer", p, (int)c);
-  if (!locate(p, k, &head, &q)) fault_stop("free of a pointer not allocated by flatmalloc", p, (int)c);
-  if (chunk_addr(head) + (uintptr_t)q * k->size != (uintptr_t)p) fault_stop("free of an interior pointer", p, (int)c);
+  if ((uintptr_t)p & (FM_ALIGN - 1)) fault_bad(call, FAULT_MISALIGNED, p, (int)c);
+  if (!locate(p, k, &head, &q)) fault_bad(call, FAULT_FOREIGN, p, (int)c);
+  if (chunk_addr(head) + (uintptr_t)q * k->size != (uintptr_t)p) fault_bad(call, FAULT_INTERIOR, p, (int)c);
   fm_st *st = state_of(k, head, q), s = st_load(st);
   if (st_live(s)) return st;
   if (s == ST_CACHED || s == ST_ZERO || s == ST_REMOTE || (s == ST_FREE && q < __atomic_load_n(&span_rec(head)->hw, __ATOMIC_RELAXED)))
-    fault_stop("double free", p, (int)c);
-  fault_stop("free of a pointer not allocated by flatmalloc", p, (int)c);
+    fault_bad(call, FAULT_FREED, p, (int)c);
+  fault_bad(call, FAULT_FOREIGN, p, (int)c);
 }
 
 void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chunks) {

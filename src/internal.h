@@ -25,10 +25,16 @@ static inline void fm_unlock(pthread_mutex_t *m) {
 
 /* fault.c: one line and abort() */
 hidden cold __attribute__((noreturn)) void fault_stop(const char *what, const void *p, int cls);
+/* A bad pointer handed to a call: the line names the call and what the pointer is ("double
+ * free", "realloc of a freed block", "malloc_usable_size of an interior pointer", ...). */
+enum fault_call { CALL_FREE, CALL_REALLOC, CALL_USABLE };
+enum fault_kind { FAULT_FREED, FAULT_FOREIGN, FAULT_INTERIOR, FAULT_MISALIGNED };
+hidden cold __attribute__((noreturn)) void fault_bad(enum fault_call call, enum fault_kind kind, const void *p, int cls);
 
 /* options.c */
 hidden void options_read(struct fm_options *o);
 hidden cold __attribute__((noreturn)) void options_fail(const char *name, const char *value, const char *why);
+hidden void options_check_room(const struct fm_options *o, uint32_t heap_chunks);   /* after class_setup */
 
 /* span.c: runs of chunks, for spans and large blocks */
 hidden void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t retain_bytes);
@@ -36,6 +42,7 @@ hidden int64_t span_alloc(uint32_t len, unsigned owner, bool large);   /* first 
 hidden int64_t span_alloc_aligned(uint32_t len, size_t align);
 hidden void span_free(uint32_t i);
 hidden bool span_resize(uint32_t i, uint32_t len);
+hidden int span_kind_at(uint32_t i);   /* RUN_* of the run holding chunk i; 0: above top or unknown */
 hidden bool span_chunk_dirty(uint32_t i);
 hidden int span_trim(void);
 hidden void span_after_fork(void);
@@ -50,7 +57,8 @@ static inline struct fm_run *span_rec(uint32_t i) { return &fm_pool.rec[i]; }
 hidden void *large_alloc(size_t size, size_t align);
 hidden void *large_calloc(size_t size);
 hidden bool large_owns(const void *p);
-hidden void large_verify(const void *p);
+hidden void large_verify(const void *p, enum fault_call call);
+hidden enum fault_kind large_fault(const void *p);   /* p in the heap, outside spans and block starts */
 hidden void large_free(void *p);
 hidden size_t large_usable(const void *p);
 hidden bool large_resize(void *p, size_t size);
@@ -60,7 +68,7 @@ hidden void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t he
 hidden unsigned class_of(size_t size);
 hidden int class_at(const void *p);   /* class of the span holding p, or -1 */
 hidden void *class_block(const void *p, unsigned c, fm_st **st);
-hidden fm_st *class_verify(const void *p, unsigned c);   /* state of LIVE block p, or stops */
+hidden fm_st *class_verify(const void *p, unsigned c, enum fault_call call);   /* state of LIVE block p, or stops */
 hidden uint32_t class_take(unsigned c, unsigned shard, void **p, uint32_t want, bool grow);
 hidden void class_give(unsigned c, unsigned shard, void *const *p, uint32_t n);
 hidden void class_note(unsigned c, unsigned shard, bool borrowed);
@@ -85,7 +93,7 @@ hidden void tcache_collect(void);
 hidden void *block_alloc(size_t size);
 hidden void *block_alloc_aligned(size_t align, size_t size);
 hidden void block_free(void *p);          /* validated: stops on a bad pointer */
-hidden size_t block_usable(const void *p);
+hidden size_t block_usable(const void *p, enum fault_call call);   /* validated: stops naming call */
 hidden void *block_alloc_direct(size_t size);   /* native code (check.c): its own cache, no errno */
 hidden bool block_free_direct(void *p);         /* native code: false for a bad pointer, no stop */
 

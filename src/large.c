@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "os.h"
 
 #define LARGE_HEAD (~0xffull)   /* page map of a large block's first chunk: class byte 0 */
 
@@ -33,16 +34,21 @@ void *large_alloc(size_t size, size_t align) {
   return mark(span_alloc_aligned(len, align));
 }
 
-/* calloc of a large block: chunks that never held pages, or gave them back, read as zero. */
+/* calloc of a large block. Chunks that may hold pages are cleared. The others never held pages
+ * or gave them back, but a stray write past a neighbouring block may have touched them since:
+ * giving their pages back again makes them read as zero, in one system call per stretch, at
+ * the cost of a page-table walk where (as almost always) no page is there, and without
+ * faulting a page in. A prefaulted pool keeps its pages: those are cleared too. */
 void *large_calloc(size_t size) {
   uint8_t *p = large_alloc(size, 0);
   if (!p) return NULL;
   uint32_t first = chunk_of(p), n = (uint32_t)((size + chunk_bytes() - 1) >> fm_pool.chunk_shift);
-  for (uint32_t i = 0; i < n; i++)
-    if (span_chunk_dirty(first + i)) {
-      size_t at = (size_t)i << fm_pool.chunk_shift, len = size - at < chunk_bytes() ? size - at : chunk_bytes();
-      memset(p + at, 0, len);
-    }
+  for (uint32_t i = 0, j; i < n; i = j) {
+    bool dirty = span_chunk_dirty(first + i);
+    for (j = i + 1; j < n && span_chunk_dirty(first + j) == dirty;) j++;
+    size_t at = (size_t)i << fm_pool.chunk_shift, len = (size_t)(j - i) << fm_pool.chunk_shift;
+    if (dirty || fm_pool.opt.prefault || !os_release(p + at, len)) memset(p + at, 0, size - at < len ? size - at : len);
+  }
   return p;
 }
 
@@ -51,17 +57,21 @@ bool large_owns(const void *p) {
   return off < fm_pool.heap_size && !(off & (chunk_bytes() - 1)) && fm_pool.line[off >> fm_pool.chunk_shift].e == LARGE_HEAD;
 }
 
-/* Always-on check of a pointer in the heap but not in a span, handed to free or realloc:
- * returns when p is a large block, else stops the program naming what p is. */
-void large_verify(const void *p) {
+/* Always-on check of a pointer in the heap but not in a span, handed to call: returns when p
+ * is a large block, else stops the program naming the call and what p is. A pointer into a
+ * free run was handed out and freed (a large block, or a block of a span that went back to
+ * the heap); one into a large block, not at its start, is interior; one above top was never
+ * handed out. */
+void large_verify(const void *p, enum fault_call call) {
   if (large_owns(p)) return;
-  uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
-  if (off & (FM_ALIGN - 1)) fault_stop("free of a misaligned pointer", p, -1);
-  if (off & (chunk_bytes() - 1)) fault_stop("free of an interior pointer", p, -1);
-  uint32_t i = chunk_of(p);
-  struct fm_run *r = span_rec(i);
-  if (r->kind == RUN_FREE && r->len && span_rec(i + r->len - 1)->head == i) fault_stop("double free", p, -1);
-  fault_stop("free of a pointer not allocated by flatmalloc", p, -1);
+  if (((uintptr_t)p - fm_pool.heap_base) & (FM_ALIGN - 1)) fault_bad(call, FAULT_MISALIGNED, p, -1);
+  fault_bad(call, large_fault(p), p, -1);
+}
+
+/* What p, in the heap but neither in a span nor a large block's start, is (see above). */
+enum fault_kind large_fault(const void *p) {
+  int kind = span_kind_at(chunk_of(p));
+  return kind == RUN_FREE ? FAULT_FREED : kind == RUN_LARGE ? FAULT_INTERIOR : FAULT_FOREIGN;
 }
 
 void large_free(void *p) {

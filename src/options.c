@@ -214,6 +214,39 @@ static const char default_classes[] =
     "2560,3072,3584,4096,5120,6144,7168,8192,10240,12288,14336,16384,20480,24576,28672,32768,"
     "40960,49152,57344,65536";
 
+/* The value of a setting in the environment, for a message about it ("" when unset). */
+static const char *options_value(const char *name) {
+  size_t n = __builtin_strlen(name);
+  for (char **e = environ; e && *e; e++)
+    if (__builtin_strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+  return "";
+}
+
+/* Called once the classes' spans are sized: every class must get one span while all other
+ * owners keep their reservations (span.c lets an owner take a run only then), else its small
+ * requests could never be served. Names FLATMALLOC_LARGE when the large area holds more of what
+ * is missing than the classes, otherwise FLATMALLOC_CLASSES. */
+void options_check_room(const struct fm_options *o, uint32_t heap_chunks) {
+  uint64_t large = (uint64_t)heap_chunks * o->large_bp / 10000, classes = 0;
+  for (unsigned c = 0; c < o->nclass; c++) classes += fm_pool.cls[c].reserve;
+  for (unsigned c = 0; c < o->nclass; c++) {
+    const struct fm_class *k = &fm_pool.cls[c];
+    if (heap_chunks - (large + classes - k->reserve) >= k->span_chunks) continue;
+    char why[128];
+    struct fmt f = {why, sizeof why, 0};
+    bool by_large = o->large_set && large > classes - k->reserve;
+    fmt_str(&f, by_large ? "the large area's reservation leaves"
+                : o->large_set && o->large_bp ? "the reservations and FLATMALLOC_LARGE leave"
+                : "the reservations leave");
+    fmt_str(&f, " no room for a span of the ");
+    fmt_u64(&f, k->size, 0);
+    fmt_str(&f, " B class");
+    fmt_end(&f);
+    if (by_large) options_fail("FLATMALLOC_LARGE", options_value("FLATMALLOC_LARGE"), why);
+    options_fail("FLATMALLOC_CLASSES", o->classes_text ? o->classes_text : "", why);
+  }
+}
+
 void options_read(struct fm_options *o) {
   *o = (struct fm_options){.retain = FM_RETAIN_DEFAULT};
   if (opt_classes(default_classes, o)) options_fail("FLATMALLOC_CLASSES", default_classes, "bad default");

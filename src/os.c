@@ -32,10 +32,11 @@ bool os_overcommit_strict(void) {
   return n == 1 && c == '2';
 }
 
-void os_release(void *p, size_t size) {
+bool os_release(void *p, size_t size) {
   int saved = errno;
-  madvise(p, size, MADV_DONTNEED);
+  bool ok = madvise(p, size, MADV_DONTNEED) == 0;
   errno = saved;
+  return ok;
 }
 
 size_t os_resident(const void *p, size_t size) {

@@ -16,9 +16,11 @@ hidden bool os_commit(void *p, size_t size);
 /* vm.overcommit_memory is 2: every writable private page counts against the commit limit,
  * MAP_NORESERVE or not, and again in each forked child. */
 hidden bool os_overcommit_strict(void);
-/* Gives the pages of [p, p+size) back; they read as zero afterwards. p and size are page
- * multiples. Keeps errno. */
-hidden void os_release(void *p, size_t size);
+/* Gives the pages of [p, p+size) back; they read as zero afterwards, whatever was written
+ * there (MADV_DONTNEED on private anonymous memory), and a range without pages costs a walk of
+ * its page tables only. p and size are page multiples. False when the kernel refused (locked
+ * pages): then nothing is known. Keeps errno. */
+hidden bool os_release(void *p, size_t size);
 /* Bytes of [p, p+size) that are resident. */
 hidden size_t os_resident(const void *p, size_t size);
 hidden size_t os_page_size(void);

@@ -23,6 +23,8 @@ static __thread bool pool_starting;   /* this thread is inside pool_init */
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
 
 #define POOL_ALIGN (2u << 20)
+#define POOL_AS_ROOM (64ull << 20)   /* eight threads with glibc's default 8 MiB stacks */
+#define POOL_AS_SMALL (8ull << 20)
 
 static cold __attribute__((noreturn)) void too_small(size_t size) {
   char v[32];
@@ -93,7 +95,9 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
   uint8_t *cls_of = (uint8_t *)(base + tab_off);
   class_setup(o, cls_of, heap_chunks);
   P->cls_of = cls_of;
-  if (heap_chunks < P->cls[o->nclass - 1].span_chunks) too_small(size);
+  for (unsigned c = 0; c < o->nclass; c++)
+    if (heap_chunks < P->cls[c].span_chunks) too_small(size);   /* the largest class's, as a rule */
+  options_check_room(o, heap_chunks);
   span_setup((struct fm_run *)(base + L->rec_off), (uint64_t *)(base + L->pages_off), heap_chunks, o->retain);
 }
 
@@ -121,15 +125,31 @@ static void pool_reserve(void) {
     uint64_t phys = os_physical_memory();
     if (fm_pool.valgrind && phys > check_pool_cap()) phys = check_pool_cap();   /* see check.c */
     size = phys > FM_POOL_MAX ? FM_POOL_MAX : (size_t)phys;
-    uint64_t cap = os_address_limit() / 2;   /* under RLIMIT_AS: half stays for stacks and mappings */
+    /* Under RLIMIT_AS the program keeps POOL_AS_ROOM for thread stacks and, of the rest, half
+     * for libraries and its own mappings; under a limit too small for that the pool takes up to
+     * POOL_AS_SMALL, at most half the limit. */
+    uint64_t limit = os_address_limit(), cap = limit > POOL_AS_ROOM ? (limit - POOL_AS_ROOM) / 2 : 0;
+    uint64_t small = limit / 2 < POOL_AS_SMALL ? limit / 2 : POOL_AS_SMALL;
+    if (cap < small) cap = small;
     size_t least = cap < (64u << 20) ? (size_t)cap : (64u << 20);
     if (size > cap) size = (size_t)cap;
     for (; size && size >= least; size /= 2) {
       layout_of(size, &L);
-      if (size + L.meta > cap) layout_of(size = (size_t)cap - L.meta, &L);   /* the tables fit under the limit too */
+      if (size + L.meta > cap) {   /* the tables fit under the limit too */
+        if (L.meta >= cap) continue;
+        layout_of(size = (size_t)cap - L.meta, &L);
+      }
       if ((mem = pool_map(size + L.meta, o->prefault))) break;
     }
-    if (!mem) options_fail("FLATMALLOC_POOL", "(default)", "could not reserve even 64M of address space");
+    if (!mem) {
+      char why[64];
+      struct fmt f = {why, sizeof why, 0};
+      fmt_str(&f, "could not reserve even ");
+      fmt_u64(&f, least >> 10, 0);
+      fmt_str(&f, "K of address space");
+      fmt_end(&f);
+      options_fail("FLATMALLOC_POOL", "(default)", why);
+    }
   }
   o->pool = size;
   pool_layout(mem, size, &L);

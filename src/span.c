@@ -405,6 +405,25 @@ out:
   return ok;
 }
 
+/* The kind of the run that holds chunk i, found by walking the runs from the bottom: for fault
+ * reports only (a middle chunk's record is stale). 0 above top, below a forked parent's runs,
+ * or when the records are damaged. */
+int span_kind_at(uint32_t i) {
+  int kind = 0;
+  fm_lock(&H.lock);
+  for (uint32_t j = H.quarantine; i >= H.quarantine && j < H.top;) {
+    struct fm_run *r = R(j);
+    if (!r->len || r->len > H.top - j) break;
+    if (i < j + r->len) {
+      kind = r->kind;
+      break;
+    }
+    j += r->len;
+  }
+  fm_unlock(&H.lock);
+  return kind;
+}
+
 /* malloc_trim: every free page goes back, oldest runs first. */
 int span_trim(void) {
   fm_lock(&H.lock);

@@ -289,6 +289,29 @@ static void probe_double_free_after_4(void)
     live_verify();
 }
 
+/* 8. (issue 18) A stray write of 4 MiB past the end of a large block at the top of the heap,
+ * into memory never handed out, then calloc of 2 MiB, which lands there: every byte must read
+ * as zero. */
+static void probe_calloc_large_fresh(void)
+{
+    enum { STRAY = 4 << 20, N = 2 << 20 };
+    unsigned char *a = xmalloc(200000);
+    size_t u = malloc_usable_size(a);
+    memset(a + u, 'A', STRAY);
+    live_verify();
+    unsigned char *c = calloc(1, N);
+    if (!c)
+        harm("calloc(1, %d) returned NULL", N);
+    for (size_t i = 0; i < N; i++)
+        if (c[i])
+            harm("calloc(1, %d) returned %p whose byte %zu is 0x%02x", N, (void *)c, i, c[i]);
+    if (c < a + u || c >= a + u + STRAY)
+        harm("calloc's block %p is not where the stray write went (%p..%p): the probe tests nothing",
+             (void *)c, (void *)(a + u), (void *)(a + u + STRAY));
+    got(c, N, "calloc");
+    live_verify();
+}
+
 struct probe {
     const char *name;
     void (*run)(void);
@@ -305,6 +328,7 @@ static const struct probe probes[] = {
     {"free-interior", probe_free_interior},
     {"free-never-handed-out", probe_free_never_handed_out},
     {"double-free-after-4", probe_double_free_after_4},
+    {"calloc-large-fresh", probe_calloc_large_fresh},
 };
 
 /* ---- the parent ---------------------------------------------------------------------------- */

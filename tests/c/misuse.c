@@ -2,6 +2,7 @@
  * child died of SIGABRT after exactly one stderr line naming the fault, the pointer and the
  * class. Run as `misuse check` under FLATMALLOC_CHECK=1 and as `misuse default` without it. */
 #include <dlfcn.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -95,6 +96,65 @@ static void realloc_freed(void) {
   sink = q;
   sink = realloc(named(p), 80);
 }
+/* Issue 18: the line names the call the program made (realloc, malloc_usable_size), and a
+ * block whose span went back to the heap is a freed block, not an interior pointer. */
+static void realloc_stack(void) {
+  char buf[64];
+  sink = buf;
+  sink = realloc(named(buf + 16), 100);
+}
+static void realloc_interior(void) {
+  char *p = malloc(100);
+  sink = realloc(named(p + 32), 200);
+}
+static void realloc_freed_large(void) {
+  char *keep = malloc(300000), *p = malloc(300000), *after = malloc(300000);
+  free(p);
+  sink = realloc(named(p), 400000);
+  sink = keep;
+  sink = after;
+}
+static void usable_stack(void) {
+  char buf[64];
+  sink = buf;
+  sink = (void *)malloc_usable_size(named(buf + 16));
+}
+static void usable_interior(void) {
+  char *p = malloc(100);
+  sink = (void *)malloc_usable_size(named(p + 32));
+}
+static void usable_freed(void) {
+  char *p = malloc(40), *q = malloc(40);
+  free(p);
+  sink = q;
+  sink = (void *)malloc_usable_size(named(p));
+}
+static void usable_freed_large(void) {
+  char *keep = malloc(300000), *p = malloc(300000), *after = malloc(300000);
+  free(p);
+  sink = (void *)malloc_usable_size(named(p));
+  sink = keep;
+  sink = after;
+}
+/* Blocks of n bytes (the class, in checking mode too, of 64 KiB or of 5 KiB, which starts
+ * blocks inside chunks) freed, newest first, their spans back in the heap and their pages given
+ * back (malloc_trim); then a block from the middle again, which went back to its span. */
+static void span_gone(void (*release)(void *), size_t n) {
+  void *v[256];
+  for (int i = 0; i < 256; i++) fill(v[i] = malloc(n), n);
+  for (int i = 255; i >= 0; i--) free(v[i]);
+  malloc_trim(0);
+  int i = 101;
+  while (n < 8192 && i < 255 && !((uintptr_t)v[i] & 8191)) i++;   /* inside a chunk */
+  release(named(v[i]));
+}
+static void call_free(void *p) { free(p); }
+static void call_realloc(void *p) { sink = realloc(p, 10); }
+static void call_usable(void *p) { sink = (void *)malloc_usable_size(p); }
+static void free_span_gone(void) { span_gone(call_free, 60000); }
+static void realloc_span_gone(void) { span_gone(call_realloc, 60000); }
+static void free_span_gone_5k(void) { span_gone(call_free, 5000); }
+static void usable_span_gone_5k(void) { span_gone(call_usable, 5000); }
 
 struct fault {
   const char *name;
@@ -117,7 +177,18 @@ static const struct fault faults[] = {
   {"overrun-8", overrun_8, "write past the end of a block", "(class ", 1},
   {"overrun-large", overrun_large, "write past the end of a block", "(large area)", 1},
   {"overrun-realloc", overrun_realloc, "write past the end of a block", "(class ", 1},
-  {"realloc-freed", realloc_freed, "realloc of a freed block", "(class ", 1},
+  {"realloc-freed", realloc_freed, "realloc of a freed block", "(class ", 3},
+  {"realloc-freed-large", realloc_freed_large, "realloc of a freed block", "(large area)", 3},
+  {"realloc-stack", realloc_stack, "realloc of a pointer not allocated by flatmalloc", "(not in the pool)", 3},
+  {"realloc-interior", realloc_interior, "realloc of an interior pointer", "(class ", 3},
+  {"usable-stack", usable_stack, "malloc_usable_size of a pointer not allocated by flatmalloc", "(not in the pool)", 3},
+  {"usable-interior", usable_interior, "malloc_usable_size of an interior pointer", "(class ", 3},
+  {"usable-freed", usable_freed, "malloc_usable_size of a freed block", "(class ", 3},
+  {"usable-freed-large", usable_freed_large, "malloc_usable_size of a freed block", "(large area)", 3},
+  {"free-span-gone", free_span_gone, "double free", "(large area)", 3},
+  {"realloc-span-gone", realloc_span_gone, "realloc of a freed block", "(large area)", 3},
+  {"free-span-gone-5k", free_span_gone_5k, "double free", "(large area)", 3},
+  {"usable-span-gone-5k", usable_span_gone_5k, "malloc_usable_size of a freed block", "(large area)", 3},
 };
 
 static size_t slurp(int fd, char *buf, size_t size) {

@@ -7,6 +7,10 @@
  *                     then allocates 204 MiB of blocks (the pool, reserved before, serves them)
  *                     and tries to map 64 MiB (the kernel must refuse: the limit binds other
  *                     mappings). Run it with a pool of 512M or more.
+ *   aslimit threads   prints "pool=N", then starts 8 threads with the default attributes (so
+ *                     the default stack size) that run at once (a barrier holds them all
+ *                     alive), each allocating, writing and freeing blocks of 100 B, 4 KiB and
+ *                     256 KiB.
  * Prints "ok ..." lines; exits non-zero with "FAIL ..." otherwise. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -38,6 +42,20 @@ static unsigned long long pool_reserved(void) {
 }
 
 static void *idle(void *arg) { return arg; }
+
+static pthread_barrier_t all_alive;
+
+static void *busy(void *arg) {
+  pthread_barrier_wait(&all_alive);
+  static const size_t sizes[] = {100, 4096, 256 << 10};
+  for (int i = 0; i < 3; i++) {
+    char *p = malloc(sizes[i]);
+    if (!p) return (void *)1;
+    memset(p, i, sizes[i]);
+    free(p);
+  }
+  return arg;
+}
 
 /* Address space the process maps now (VmSize), in bytes. */
 static size_t vm_size(void) {
@@ -92,6 +110,24 @@ int main(int argc, char **argv) {
     if (allocate(2 * MiB, 4096) || allocate(2 * MiB, 100) || allocate(32 * MiB, MiB)) return 1;
     printf("ok 8 threads, an mmap of %zu bytes, 36 MiB of blocks under a limit of %llu\n", quarter,
            (unsigned long long)r.rlim_cur);
+    return 0;
+  }
+  if (strcmp(argv[1], "threads") == 0) {
+    enum { N = 8 };
+    pthread_t t[N];
+    pthread_barrier_init(&all_alive, NULL, N);
+    for (int i = 0; i < N; i++)
+      if ((errno = pthread_create(&t[i], NULL, busy, NULL))) {
+        fprintf(stderr, "FAIL pthread_create #%d of %d under a limit of %llu: %s\n", i, N,
+                (unsigned long long)r.rlim_cur, strerror(errno));
+        return 1;
+      }
+    for (int i = 0; i < N; i++) {
+      void *ret;
+      pthread_join(t[i], &ret);
+      if (ret) return fprintf(stderr, "FAIL thread #%d: malloc returned NULL\n", i), 1;
+    }
+    printf("ok %d threads with default stacks ran at once under a limit of %llu\n", N, (unsigned long long)r.rlim_cur);
     return 0;
   }
   if (strcmp(argv[1], "lower") == 0) {

@@ -220,6 +220,19 @@ reject_exact 'flatmalloc: FLATMALLOC_\x1b]0;x\x07=1: unknown setting (known: FLA
 esc64=$(printf '\\x01%.0s' {1..64})
 reject_exact "flatmalloc: FLATMALLOC_CHECK=$esc64...: expected 0 or 1" "FLATMALLOC_CHECK=$(printf '\001%.0s' {1..65})"
 
+echo "== settings that leave a class no room for one span are refused (issue 18) =="
+reject_exact "flatmalloc: FLATMALLOC_LARGE=100: the large area's reservation leaves no room for a span of the 16 B class" \
+  FLATMALLOC_LARGE=100
+reject_exact "flatmalloc: FLATMALLOC_LARGE=100: the large area's reservation leaves no room for a span of the 16 B class" \
+  FLATMALLOC_CLASSES=16:50,32:50 FLATMALLOC_LARGE=100 # the older syntax: shares of nothing
+reject_exact "flatmalloc: FLATMALLOC_CLASSES=16:0,32:100: the reservations leave no room for a span of the 16 B class" \
+  FLATMALLOC_CLASSES=16:0,32:100
+reject_exact "flatmalloc: FLATMALLOC_CLASSES=16:99.9,65536: the reservations leave no room for a span of the 65536 B class" \
+  FLATMALLOC_POOL=64M FLATMALLOC_CLASSES=16:99.9,65536 # 64 KiB left, a span of 64 KiB blocks is 8 of them
+reject_exact "flatmalloc: FLATMALLOC_CLASSES=16:50,65536: the reservations and FLATMALLOC_LARGE leave no room for a span of the 65536 B class" \
+  FLATMALLOC_POOL=64M FLATMALLOC_CLASSES=16:50,65536 FLATMALLOC_LARGE=49.9
+accept FLATMALLOC_POOL=64M FLATMALLOC_CLASSES=16:90,65536 # 6.4 MiB left for the 64 KiB class and large blocks
+
 echo "== good settings are accepted =="
 accept
 accept FLATMALLOC_POOL=512M

@@ -4,7 +4,8 @@
 # usage: rlimit.sh PATH/TO/libflatmalloc.so [PATH/TO/aslimit]
 #
 # - With a limit set before start-up (ulimit -v), the default pool takes at most half of it, and
-#   the program keeps room for threads, mappings and blocks (aslimit room).
+#   the program keeps room for threads, mappings and blocks (aslimit room); under 100 MiB eight
+#   threads with default (8 MiB) stacks run at once (aslimit threads).
 # - An explicit FLATMALLOC_POOL is taken as given: one that fits is reserved whole, one the
 #   limit refuses stops the program with the documented line.
 # - Lowering the limit after start-up changes nothing for malloc (the pool is reserved) while
@@ -53,6 +54,13 @@ for mib in 1536 768 400; do
   grep -q '^ok ' "$out" || fm_fail "no ok line from aslimit"
   fm_ok "pool=$pool; $(grep '^ok ' "$out")"
 done
+
+# issue 18: half of 100 MiB left no room for eight 8 MiB stacks
+fm_check "ulimit -v 102400: eight threads with default stacks run at once"
+run_limited 102400 -- threads
+[ "$rc" -eq 0 ] || { fm_show "$out" stdout; fm_show "$err" stderr; fm_fail "aslimit threads exited with $rc"; }
+[ ! -s "$err" ] || { fm_show "$err" stderr; fm_fail "aslimit threads wrote to stderr"; }
+fm_ok "pool=$pool; $(grep '^ok ' "$out")"
 
 fm_check "ulimit -v of 512 MiB: FLATMALLOC_POOL=300M is reserved whole (an explicit size is taken as given)"
 run_limited $((512 << 10)) FLATMALLOC_POOL=300M -- room

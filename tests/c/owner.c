@@ -44,6 +44,20 @@ static size_t in_use(void)
 static block rb[NREMOTE];
 static int nrb;
 
+/* rb[0..NREMOTE) filled with blocks of 1-2048 B, each holding its tag's pattern. */
+static void fill_rb(uint64_t seed)
+{
+    fmt_rng r = {seed};
+    for (int i = 0; i < NREMOTE; i++) {
+        rb[i].size = 1 + fmt_below(&r, 2048);
+        rb[i].tag = fmt_next(&r);
+        rb[i].p = malloc(rb[i].size);
+        CHECK(rb[i].p, "malloc(%zu) failed", rb[i].size);
+        fmt_fill(rb[i].p, 0, rb[i].size, rb[i].tag);
+    }
+    nrb = NREMOTE;
+}
+
 static void *remote_free_all(void *arg)
 {
     (void)arg;
@@ -56,19 +70,11 @@ static void *remote_free_all(void *arg)
 
 static void case_remote(void)
 {
-    fmt_rng r = {0x7e307e};
     pthread_t w;   /* the first thread makes libc keep a few blocks of its own: not counted */
     CHECK(pthread_create(&w, NULL, remote_free_all, NULL) == 0 && pthread_join(w, NULL) == 0, "warm-up thread");
     size_t base = in_use();
     for (int round = 0; round < 5; round++) {
-        for (int i = 0; i < NREMOTE; i++) {
-            rb[i].size = 1 + fmt_below(&r, 2048);
-            rb[i].tag = fmt_next(&r);
-            rb[i].p = malloc(rb[i].size);
-            CHECK(rb[i].p, "malloc(%zu) failed", rb[i].size);
-            fmt_fill(rb[i].p, 0, rb[i].size, rb[i].tag);
-        }
-        nrb = NREMOTE;
+        fill_rb(0x7e307e + (uint64_t)round);
         pthread_t t;
         CHECK(pthread_create(&t, NULL, remote_free_all, NULL) == 0, "pthread_create");
         CHECK(pthread_join(t, NULL) == 0, "pthread_join");
@@ -98,14 +104,7 @@ static void case_remote(void)
 static void *alloc_and_exit(void *arg)
 {
     (void)arg;
-    fmt_rng r = {0x0f0f};
-    for (int i = 0; i < NREMOTE; i++) {
-        rb[i].size = 1 + fmt_below(&r, 2048);
-        rb[i].tag = fmt_next(&r);
-        rb[i].p = malloc(rb[i].size);
-        CHECK(rb[i].p, "malloc(%zu) failed", rb[i].size);
-        fmt_fill(rb[i].p, 0, rb[i].size, rb[i].tag);
-    }
+    fill_rb(0x0f0f);
     return NULL;
 }
 

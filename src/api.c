@@ -88,17 +88,9 @@ void *flatmalloc_calloc(size_t count, size_t size) {
    * may have reached it all the same, so it is checked, not trusted */
   unsigned c1 = fm_pool.cls_of[(n + FM_ALIGN - 1) / FM_ALIGN];
   struct fm_tcache *tc = fm_tc;
-  void **top = tc->top[c1], *p;
   bool zero;
-  if (likely(top != tc->base[c1])) {
-    tc->top[c1] = --top;
-    p = *top;
-    fm_st *st = fm_st_of(p);
-    zero = st_load(st) == ST_ZERO;
-    st_store(st, tc->tag);
-  } else if (!(p = tcache_alloc(c1 - 1, true, &zero))) {
-    return NULL;
-  }
+  void *p = !fm_bin_empty(tc, c1) ? fm_pop(tc, c1, &zero) : tcache_alloc(c1 - 1, true, &zero);
+  if (!p) return NULL;
   return zero && reads_zero(p, n) ? p : memset(p, 0, n);
 }
 

@@ -6,17 +6,24 @@
 #define FM_FAST_H
 #include "internal.h"
 
+/* The newest block of tc's bin c1 (not empty), made LIVE for tc. With zero, *zero says whether
+ * it was never handed out from fresh memory (calloc checks it then). */
+static always_inline void *fm_pop(struct fm_tcache *tc, unsigned c1, bool *zero) {
+  void **top = --tc->top[c1];
+  void *p = *top;
+  fm_st *st = fm_st_of(p);
+  if (zero) *zero = st_load(st) == ST_ZERO;
+  st_store(st, tc->tag);
+  return p;
+}
+
+static always_inline bool fm_bin_empty(const struct fm_tcache *tc, unsigned c1) { return tc->top[c1] == tc->base[c1]; }
+
 static always_inline void *fm_alloc(size_t size) {
   if (likely(size < fm_pool.small_lim)) {
     struct fm_tcache *tc = fm_tc;
     unsigned c1 = fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN];
-    void **top = tc->top[c1];
-    if (likely(top != tc->base[c1])) {
-      tc->top[c1] = --top;
-      void *p = *top;
-      st_store(fm_st_of(p), tc->tag);
-      return p;
-    }
+    if (likely(!fm_bin_empty(tc, c1))) return fm_pop(tc, c1, NULL);
   }
   return fm_malloc_slow(size);
 }

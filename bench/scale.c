@@ -67,6 +67,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tsc.h"
+
 #define unlikely(x) __builtin_expect(!!(x), 0)
 #define ESCAPE(p) __asm__ volatile("" : : "r"(p) : "memory")
 #define CACHE_LINE 64
@@ -563,113 +565,10 @@ static void mode_larson(void)
 }
 
 /* ---------- bigheap: latency of free+malloc against a large live set ---------- */
-/* The timer is latency.c's: lfence; rdtsc ... rdtscp; lfence, calibrated against the monotonic
- * clock, the counter's step found as the gcd of back-to-back differences, the mean of an empty
- * region subtracted, percentiles interpolated within a step. */
-
-static inline uint64_t t_start(void)
-{
-  uint32_t lo, hi;
-  __asm__ volatile("lfence\n\trdtsc\n\tlfence" : "=a"(lo), "=d"(hi) : : "memory");
-  return ((uint64_t)hi << 32) | lo;
-}
-
-static inline uint64_t t_stop(void)
-{
-  uint32_t lo, hi, aux;
-  __asm__ volatile("rdtscp\n\tlfence" : "=a"(lo), "=d"(hi), "=c"(aux) : : "memory");
-  return ((uint64_t)hi << 32) | lo;
-}
-
-static inline uint32_t sample(uint64_t t0, uint64_t t1)
-{
-  uint64_t d = t1 - t0;
-  return d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
-}
-
-static double ns_per_tick, overhead, tick_q = 1;
-static size_t radix_count[65536];
-
-static void radix_sort(uint32_t *a, uint32_t *tmp, size_t n)
-{
-  for (int pass = 0; pass < 2; pass++) {
-    int shift = pass * 16;
-    memset(radix_count, 0, sizeof radix_count);
-    for (size_t i = 0; i < n; i++)
-      radix_count[(a[i] >> shift) & 0xffff]++;
-    size_t sum = 0;
-    for (size_t d = 0; d < 65536; d++) {
-      size_t c = radix_count[d];
-      radix_count[d] = sum;
-      sum += c;
-    }
-    for (size_t i = 0; i < n; i++)
-      tmp[radix_count[(a[i] >> shift) & 0xffff]++] = a[i];
-    memcpy(a, tmp, n * sizeof *a);
-  }
-}
-
-static double pct(const uint32_t *s, size_t n, double p)
-{
-  double r = p / 100.0 * (double)n;
-  size_t k = (size_t)ceil(r);
-  k = k < 1 ? 1 : k > n ? n : k;
-  uint32_t v = s[k - 1];
-  size_t lo = k - 1, hi = k;
-  while (lo > 0 && s[lo - 1] == v)
-    lo--;
-  while (hi < n && s[hi] == v)
-    hi++;
-  double frac = (r - (double)lo) / (double)(hi - lo);
-  frac = frac < 0 ? 0 : frac > 1 ? 1 : frac;
-  double ticks = (double)v - tick_q / 2.0 + frac * tick_q - overhead;
-  return ticks > 0 ? ticks * ns_per_tick : 0;
-}
-
-static uint64_t gcd64(uint64_t a, uint64_t b)
-{
-  while (b) {
-    uint64_t t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
-
-static void calibrate(uint32_t *buf, uint32_t *tmp, size_t cap)
-{
-  struct timespec a, b;
-  clock_gettime(CLOCK_MONOTONIC_RAW, &a);
-  uint64_t c0 = t_start(), c1;
-  double span;
-  do {
-    clock_gettime(CLOCK_MONOTONIC_RAW, &b);
-    c1 = t_start();
-    span = (double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec);
-  } while (span < 50e6);
-  ns_per_tick = span / (double)(c1 - c0);
-  uint64_t g = 0, prev = t_start();
-  for (int i = 0; i < 100000; i++) {
-    uint64_t t = t_start();
-    if (t != prev)
-      g = gcd64(g, t - prev);
-    prev = t;
-  }
-  tick_q = g ? (double)g : 1;
-  /* trimmed mean of an empty region (samples past median + 2 steps are interrupts) */
-  size_t n = cap < 40000 ? cap : 40000;
-  for (size_t i = 0; i < n; i++) {
-    uint64_t x = t_start();
-    uint64_t y = t_stop();
-    buf[i] = sample(x, y);
-  }
-  radix_sort(buf, tmp, n);
-  double cut = buf[n / 2] + 2 * tick_q, sum = 0;
-  size_t m = 0;
-  for (size_t i = 0; i < n && buf[i] <= cut; i++, m++)
-    sum += buf[i];
-  overhead = sum / (double)m;
-}
+/* The timer is bench/tsc.h's, as latency.c's: lfence; rdtsc ... rdtscp; lfence, calibrated against
+ * the monotonic clock over 50 ms, the counter's step found as the gcd of back-to-back differences,
+ * the trimmed mean of an empty region (one round) subtracted, percentiles interpolated within a
+ * step. */
 
 #define BIGHEAP_LIVE 262144
 
@@ -684,7 +583,7 @@ static void mode_bigheap(void)
   uint32_t *samples = outside(pairs * sizeof(uint32_t));
   uint32_t *tmp = outside(pairs * sizeof(uint32_t));
   struct slot *live = outside(BIGHEAP_LIVE * sizeof(struct slot));
-  calibrate(samples, tmp, pairs);
+  tsc_calibrate(50000000u, 1, samples, tmp, pairs);
   uint64_t r = seed;
   for (size_t i = 0; i < BIGHEAP_LIVE; i++)
     slot_fill(&live[i], (uint32_t)size, rng_next(&r));
@@ -694,7 +593,6 @@ static void mode_bigheap(void)
     slot_free("bigheap", v);
     slot_fill(v, (uint32_t)size, r);
   }
-  double sum = 0;
   for (size_t k = 0; k < pairs; k++) {
     struct slot *v = &live[rng_below(&r, BIGHEAP_LIVE)];
     void *old = v->p;
@@ -709,21 +607,19 @@ static void mode_bigheap(void)
       exit(1);
     }
     samples[k] = sample(t0, t1);
-    sum += samples[k];
     tag_write(p, size, r);
     v->p = p;
     v->tag = r;
   }
+  double mean = mean_ns(samples, pairs);
   radix_sort(samples, tmp, pairs);
   static const double ps[] = {50, 99, 99.9, 99.99};
   static const char *const names[] = {"p50", "p99", "p99.9", "p99.99"};
   const char *cold = opt_cold ? "cold_" : "";
   for (int i = 0; i < 4; i++)
     printf("bigheap,%s%zu_%s_ns,%.2f\n", cold, size, names[i], pct(samples, pairs, ps[i]));
-  double mx = ((double)samples[pairs - 1] - overhead) * ns_per_tick;
-  double mean = (sum / (double)pairs - overhead) * ns_per_tick;
-  printf("bigheap,%s%zu_max_ns,%.2f\n", cold, size, mx > 0 ? mx : 0);
-  printf("bigheap,%s%zu_mean_ns,%.2f\n", cold, size, mean > 0 ? mean : 0);
+  printf("bigheap,%s%zu_max_ns,%.2f\n", cold, size, max_ns(samples, pairs));
+  printf("bigheap,%s%zu_mean_ns,%.2f\n", cold, size, mean);
   for (size_t i = 0; i < BIGHEAP_LIVE; i++)
     slot_free("bigheap", &live[i]);
 }

@@ -10,8 +10,10 @@
 #include "os.h"
 
 /* Every thread starts on this empty cache: its arrays are empty and their caps 0, so the first
- * malloc and the first free of a thread take the slow path, which gives it a slot. */
-struct fm_tcache fm_tc_empty = {.tag = ST_NONE};
+ * malloc and the first free of a thread take the slow path, which gives it a slot. A thread
+ * left without one hands out blocks LIVE for no slot (anyone's to free, atomically); the fast
+ * path's test of its value never passes, as its bins have no room. */
+struct fm_tcache fm_tc_empty = {.tag = ST_LIVE};
 __thread struct fm_tcache *fm_tc __attribute__((tls_model("initial-exec"))) = &fm_tc_empty;
 
 static pthread_key_t tcache_key;

@@ -115,7 +115,7 @@
 
 /* A block's state byte (BLOCK STATE above). ZERO is CACHED for a block never handed out whose
  * pages were never written; calloc checks it still reads as zero rather than clearing it. NONE
- * is no slot's LIVE value (the empty cache's). */
+ * is no state: the bound of the slots' LIVE values. */
 enum { ST_FREE = 0, ST_CACHED = 1, ST_ZERO = 2, ST_REMOTE = 3, ST_LIVE = 4, ST_OWNED = 5, ST_NONE = 0xff };
 typedef uint8_t fm_st;
 static inline int st_cached(unsigned s) { return s == ST_CACHED || s == ST_ZERO; }

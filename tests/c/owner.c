@@ -11,6 +11,8 @@
  *   overflow   1, 8 and 1,984 bytes of 0x00 past every block of a class (a terminating NUL and
  *              longer): no malloc then returns a block the program holds; 0x01 bytes, then a
  *              real double free, still stop with "double free"
+ *   uncached   (run with FLATMALLOC_POOL=64M: 16 slots) 40 threads at once, most without a cache
+ *              of their own, allocate, exchange and free blocks: contents intact, no stop
  *   budget     200 threads (and main), each having allocated and freed 400 blocks of 16 B - 4 KiB
  *              while all were live, then idle: their caches hold at most 16 MiB shared out
  *              (64 KiB at the least each); after they exit, next to nothing
@@ -267,6 +269,42 @@ static void case_overflow(void)
            "0x01 then a double free stops\n");
 }
 
+/* ---- uncached -------------------------------------------------------------------------- */
+#define NUNC 40
+static pthread_barrier_t unc_bar;
+static block unc[NUNC][64];
+
+static void *uncached_thread(void *arg)
+{
+    int me = (int)(intptr_t)arg;
+    fmt_rng r = {(uint64_t)me * 1000003 + 7};
+    for (int i = 0; i < 64; i++) {
+        block *b = &unc[me][i];
+        b->size = 1 + fmt_below(&r, 3000);
+        b->tag = fmt_next(&r);
+        CHECK(b->p = malloc(b->size), "malloc(%zu)", b->size);
+        fmt_fill(b->p, 0, b->size, b->tag);
+    }
+    pthread_barrier_wait(&unc_bar);   /* all hold blocks at once: more threads than slots */
+    block *theirs = unc[(me + 1) % NUNC];
+    for (int i = 0; i < 64; i++) {
+        CHECK_PATTERN(theirs[i].p, 0, theirs[i].size, theirs[i].tag, "allocated by another thread");
+        free(theirs[i].p);
+    }
+    return NULL;
+}
+
+static void case_uncached(void)
+{
+    pthread_t t[NUNC];
+    pthread_barrier_init(&unc_bar, NULL, NUNC);
+    for (int i = 0; i < NUNC; i++)
+        CHECK(pthread_create(&t[i], NULL, uncached_thread, (void *)(intptr_t)i) == 0, "pthread_create %d", i);
+    for (int i = 0; i < NUNC; i++)
+        pthread_join(t[i], NULL);
+    printf("ok  uncached: %d threads at once, blocks made and freed by threads with and without a cache\n", NUNC);
+}
+
 /* ---- budget ----------------------------------------------------------------------------- */
 #define NIDLE 200
 static pthread_barrier_t created, done, leave;
@@ -342,6 +380,8 @@ int main(int argc, char **argv)
         case_race(argc > a + 1 ? atoi(argv[a + 1]) : 1000);
     if (!only || !strcmp(only, "overflow"))
         case_overflow();
+    if (only && !strcmp(only, "uncached"))
+        case_uncached();
     if (!only || !strcmp(only, "budget"))
         case_budget();
     return 0;

@@ -6,6 +6,7 @@
 
 #include "fast.h"
 #include "flatmalloc.h"
+#include "heap.h"
 #include "os.h"
 #include "vg.h"
 
@@ -19,12 +20,13 @@ static cold noinline void *malloc_start(size_t size) {
  * the requests costs (check.c's functions handle a pool not yet ready themselves) */
 void *fm_malloc_slow(size_t size) {
   if (fm_pool.checked) return check_malloc(size);
-  if (likely(pool_ready())) return block_alloc(size);
+  if (likely(pool_ready())) return heap_on ? heap_alloc(size) : block_alloc(size);
   return malloc_start(size);
 }
 
 void fm_free_slow(void *p) {
   if (fm_pool.checked) return check_free(p);
+  if (heap_on && p) heap_free(p);   /* a sampled block: its record goes first */
   if (p) block_free(p);
 }
 
@@ -57,7 +59,7 @@ void *flatmalloc_calloc(size_t count, size_t size) {
     return NULL;
   }
   if (fm_pool.checked) return check_calloc(n);
-  if (n > fm_pool.small_max && pool_ready()) {
+  if (n > fm_pool.small_max && pool_ready() && !heap_on) {
     void *p = large_calloc(n);
     if (!p) errno = ENOMEM;
     return p;

@@ -133,7 +133,7 @@ fm_stats_verify "$err"
 plain_rejects "flatmalloc: FLATMALLOC_POOL=1K: pool too small (it needs room for its tables and one span of the largest class)" \
   FLATMALLOC_POOL=1K
 plain_rejects "flatmalloc: FLATMALLOC_CLASSES=16:50,24: class sizes must be multiples of 16" FLATMALLOC_CLASSES=16:50,24
-plain_rejects "flatmalloc: FLATMALLOC_FOO=1: unknown setting (known: FLATMALLOC_POOL, FLATMALLOC_CLASSES, FLATMALLOC_LARGE, FLATMALLOC_RETAIN, FLATMALLOC_PREFAULT, FLATMALLOC_STATS, FLATMALLOC_CHECK, FLATMALLOC_PROFILE)" \
+plain_rejects "flatmalloc: FLATMALLOC_FOO=1: unknown setting (known: FLATMALLOC_POOL, FLATMALLOC_CLASSES, FLATMALLOC_LARGE, FLATMALLOC_RETAIN, FLATMALLOC_PREFAULT, FLATMALLOC_STATS, FLATMALLOC_CHECK, FLATMALLOC_PROFILE, FLATMALLOC_HEAP, FLATMALLOC_HEAP_SAMPLE, FLATMALLOC_HEAP_SIGNAL)" \
   FLATMALLOC_FOO=1
 
 echo "== in the setuid program every FLATMALLOC_* setting is ignored =="

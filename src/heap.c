@@ -313,14 +313,23 @@ static noinline void *heap_sample(size_t size) {
   return p;
 }
 
+/* Not sampled: fast.h's pop from the thread cache (fm_alloc less its size test, which heap
+ * mode fails on purpose to come here), else block_alloc. Keep in step with fast.h. */
 void *heap_alloc(size_t size) {
   struct heap_thread *t = &heap_tl;
   int64_t left = t->left - (int64_t)size;
-  if (likely(left > 0 && size < ((size_t)1 << 62))) {
-    t->left = left;
-    return block_alloc(size);
+  if (unlikely(left <= 0 || size >= ((size_t)1 << 62))) return left <= 0 ? heap_sample(size) : block_alloc(size);
+  t->left = left;
+  if (unlikely(size > fm_pool.small_max)) return block_alloc(size);
+  struct fm_tcache *tc = fm_tc;
+  unsigned c1 = fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN];
+  void **top = tc->top[c1];
+  if (likely(top != tc->base[c1])) {
+    tc->top[c1] = --top;
+    st_store(FM_ST_OF(top), ST_LIVE);
+    return *top;
   }
-  return size < ((size_t)1 << 62) ? heap_sample(size) : block_alloc(size);
+  return block_alloc(size);
 }
 
 void heap_free(void *p) {

@@ -59,7 +59,8 @@ void *flatmalloc_calloc(size_t count, size_t size) {
     return NULL;
   }
   if (fm_pool.checked) return check_calloc(n);
-  if (n > fm_pool.small_max && pool_ready() && !heap_on) {
+  if (heap_on && pool_ready()) return heap_calloc(n);
+  if (n > fm_pool.small_max && pool_ready()) {
     void *p = large_calloc(n);
     if (!p) errno = ENOMEM;
     return p;

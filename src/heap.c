@@ -289,21 +289,28 @@ int flatmalloc_heap_dump(const char *name) {
 }
 
 /* ---- the allocation and free paths ------------------------------------------------------- */
-static noinline void *heap_sample(size_t size) {
+/* Not sampled: a block of size bytes, read as zero when zero is set (large blocks only). */
+static void *plain(size_t size, bool zero) {
+  if (!zero) return block_alloc(size);
+  void *p = size > fm_pool.small_max ? large_calloc(size) : block_alloc(size);
+  return p && size <= fm_pool.small_max ? memset(p, 0, size) : p;
+}
+
+static noinline void *heap_sample(size_t size, bool zero) {
   struct heap_thread *t = &heap_tl;
-  if (t->busy) return block_alloc(size);
+  if (t->busy) return plain(size, zero);
   if (!t->rng) {   /* the thread's first allocation: start its countdown */
     t->rng = (fm_pool.key ^ ((uintptr_t)t * 0x9e3779b97f4a7c15ull)) | 1;
     t->left = heap_interval(t) - (int64_t)size;
-    if (t->left > 0) return block_alloc(size);
+    if (t->left > 0) return plain(size, zero);
   }
   t->left = heap_interval(t);
   uintptr_t pc[HEAP_DEPTH];
   t->busy = true;
   uint32_t n = heap_backtrace(pc);
-  void *p = large_alloc(size, 0);
+  void *p = zero ? large_calloc(size) : large_alloc(size, 0);
   t->busy = false;
-  if (!p) return block_alloc(size);   /* no run for a block of its own: not sampled */
+  if (!p) return plain(size, zero);   /* no run for a block of its own: not sampled */
   uintptr_t ch = ((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift;
   pthread_mutex_lock(&heap_lock);
   struct heap_stack *s = stack_get(pc, n);
@@ -318,7 +325,7 @@ static noinline void *heap_sample(size_t size) {
 void *heap_alloc(size_t size) {
   struct heap_thread *t = &heap_tl;
   int64_t left = t->left - (int64_t)size;
-  if (unlikely(left <= 0 || size >= ((size_t)1 << 62))) return left <= 0 ? heap_sample(size) : block_alloc(size);
+  if (unlikely(left <= 0 || size >= ((size_t)1 << 62))) return left <= 0 ? heap_sample(size, false) : block_alloc(size);
   t->left = left;
   if (unlikely(size > fm_pool.small_max)) return block_alloc(size);
   struct fm_tcache *tc = fm_tc;
@@ -330,6 +337,28 @@ void *heap_alloc(size_t size) {
     return *top;
   }
   return block_alloc(size);
+}
+
+/* calloc: a block that reads as zero, cleared only when it may not (fresh class blocks are
+ * ZERO, large_calloc clears only chunks that may hold pages). NULL with errno ENOMEM. */
+void *heap_calloc(size_t size) {
+  struct heap_thread *t = &heap_tl;
+  int64_t left = t->left - (int64_t)size;
+  void *p;
+  if (size < ((size_t)1 << 62) && left <= 0) {
+    p = heap_sample(size, true);
+  } else if (size > fm_pool.small_max) {
+    t->left = left;
+    p = large_calloc(size);
+  } else {
+    t->left = left;
+    bool zero;
+    p = tcache_alloc(class_of(size), true, &zero);
+    if (p && !zero) memset(p, 0, size);
+    return p;
+  }
+  if (!p) errno = ENOMEM;
+  return p;
 }
 
 void heap_free(void *p) {

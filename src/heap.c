@@ -320,23 +320,28 @@ static noinline void *heap_sample(size_t size, bool zero) {
   return p;
 }
 
-/* Not sampled: fast.h's pop from the thread cache (fm_alloc less its size test, which heap
- * mode fails on purpose to come here), else block_alloc. Keep in step with fast.h. */
+/* Not sampled, size at most the largest class: the fast paths' pop from the thread cache
+ * (fast.h's fm_alloc less its size test, which heap mode fails on purpose to come here; api.c's
+ * calloc when zero is asked), else tcache_alloc. Keep in step with fast.h. */
+static always_inline void *heap_pop(size_t size, bool *zero) {
+  struct fm_tcache *tc = fm_tc;
+  unsigned c1 = fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN];
+  void **top = tc->top[c1];
+  if (unlikely(top == tc->base[c1])) return tcache_alloc(c1 - 1, true, zero);
+  tc->top[c1] = --top;
+  uint8_t *st = FM_ST_OF(top);
+  if (zero) *zero = st_load(st) == ST_ZERO;
+  st_store(st, ST_LIVE);
+  return *top;
+}
+
 void *heap_alloc(size_t size) {
   struct heap_thread *t = &heap_tl;
   int64_t left = t->left - (int64_t)size;
   if (unlikely(left <= 0 || size >= ((size_t)1 << 62))) return left <= 0 ? heap_sample(size, false) : block_alloc(size);
   t->left = left;
   if (unlikely(size > fm_pool.small_max)) return block_alloc(size);
-  struct fm_tcache *tc = fm_tc;
-  unsigned c1 = fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN];
-  void **top = tc->top[c1];
-  if (likely(top != tc->base[c1])) {
-    tc->top[c1] = --top;
-    st_store(FM_ST_OF(top), ST_LIVE);
-    return *top;
-  }
-  return block_alloc(size);
+  return heap_pop(size, NULL);
 }
 
 /* calloc: a block that reads as zero, cleared only when it may not (fresh class blocks are
@@ -353,7 +358,7 @@ void *heap_calloc(size_t size) {
   } else {
     t->left = left;
     bool zero;
-    p = tcache_alloc(class_of(size), true, &zero);
+    p = heap_pop(size, &zero);
     if (p && !zero) memset(p, 0, size);
     return p;
   }

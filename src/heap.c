@@ -6,10 +6,11 @@
  * exponential distribution of mean FLATMALLOC_HEAP_SAMPLE (a Poisson process over the bytes,
  * as tcmalloc and jemalloc do): an allocation of s bytes is sampled with probability
  * 1 - exp(-s / mean) whatever the allocations before it. The file's header says `heap_v2/MEAN`
- * and pprof divides each stack's counts by that probability, so the estimates are unbiased.
- * The countdown needs every malloc: with the profiler on, pool.c sets small_lim to 0 and every
- * malloc takes api.c's slow path, which calls heap_alloc. Without it nothing changes: the fast
- * paths are the same code, and the slow paths test heap_on once.
+ * and pprof divides each stack's counts by that probability (at the stack's mean size).
+ * The countdown needs every malloc: with the profiler on, pool.c sets small_lim to 0, so every
+ * malloc takes api.c's slow path, which calls heap_alloc (the countdown, then the thread
+ * cache's pop, inline); calloc calls heap_calloc. Without it nothing changes: the fast paths
+ * are the same code, and the slow paths test heap_on once.
  *
  * SAMPLED BLOCKS. A sampled request of any size is served as a large block (a run of whole
  * chunks of its own, as tcmalloc gives each sampled object its own span), so

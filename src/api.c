@@ -92,7 +92,7 @@ static void *alloc_aligned(size_t align, size_t size) {
   if (align <= FM_ALIGN) return fm_alloc(size);
   if (unlikely(!pool_ready()) && !pool_init()) return boot_alloc(size, align);
   if (fm_pool.checked) return check_memalign(size, align);
-  return block_alloc_aligned(align, size);
+  return heap_on ? heap_alloc_aligned(align, size) : block_alloc_aligned(align, size);
 }
 
 static bool pow2(size_t v) { return v && !(v & (v - 1)); }

@@ -290,28 +290,29 @@ int flatmalloc_heap_dump(const char *name) {
 }
 
 /* ---- the allocation and free paths ------------------------------------------------------- */
-/* Not sampled: a block of size bytes, read as zero when zero is set (large blocks only). */
-static void *plain(size_t size, bool zero) {
+/* Not sampled: a block of size bytes, aligned to align (0: 16), read as zero when zero is set. */
+static void *plain(size_t size, size_t align, bool zero) {
+  if (align) return block_alloc_aligned(align, size);
   if (!zero) return block_alloc(size);
   void *p = size > fm_pool.small_max ? large_calloc(size) : block_alloc(size);
   return p && size <= fm_pool.small_max ? memset(p, 0, size) : p;
 }
 
-static noinline void *heap_sample(size_t size, bool zero) {
+static noinline void *heap_sample(size_t size, size_t align, bool zero) {
   struct heap_thread *t = &heap_tl;
-  if (t->busy) return plain(size, zero);
+  if (t->busy) return plain(size, align, zero);
   if (!t->rng) {   /* the thread's first allocation: start its countdown */
     t->rng = (fm_pool.key ^ ((uintptr_t)t * 0x9e3779b97f4a7c15ull)) | 1;
     t->left = heap_interval(t) - (int64_t)size;
-    if (t->left > 0) return plain(size, zero);
+    if (t->left > 0) return plain(size, align, zero);
   }
   t->left = heap_interval(t);
   uintptr_t pc[HEAP_DEPTH];
   t->busy = true;
   uint32_t n = heap_backtrace(pc);
-  void *p = zero ? large_calloc(size) : large_alloc(size, 0);
+  void *p = zero ? large_calloc(size) : large_alloc(size, align);
   t->busy = false;
-  if (!p) return plain(size, zero);   /* no run for a block of its own: not sampled */
+  if (!p) return plain(size, align, zero);   /* no run for a block of its own: not sampled */
   uintptr_t ch = ((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift;
   pthread_mutex_lock(&heap_lock);
   struct heap_stack *s = stack_get(pc, n);
@@ -339,10 +340,23 @@ static always_inline void *heap_pop(size_t size, bool *zero) {
 void *heap_alloc(size_t size) {
   struct heap_thread *t = &heap_tl;
   int64_t left = t->left - (int64_t)size;
-  if (unlikely(left <= 0 || size >= ((size_t)1 << 62))) return left <= 0 ? heap_sample(size, false) : block_alloc(size);
+  if (unlikely(left <= 0 || size >= ((size_t)1 << 62))) return left <= 0 ? heap_sample(size, 0, false) : block_alloc(size);
   t->left = left;
   if (unlikely(size > fm_pool.small_max)) return block_alloc(size);
   return heap_pop(size, NULL);
+}
+
+/* posix_memalign and the like, align above 16: a sampled block is a large block so aligned. */
+void *heap_alloc_aligned(size_t align, size_t size) {
+  struct heap_thread *t = &heap_tl;
+  int64_t left = t->left - (int64_t)size;
+  if (size < ((size_t)1 << 62) && left <= 0) {
+    void *p = heap_sample(size, align, false);
+    if (!p) errno = ENOMEM;
+    return p;
+  }
+  t->left = left;
+  return block_alloc_aligned(align, size);
 }
 
 /* calloc: a block that reads as zero, cleared only when it may not (fresh class blocks are
@@ -352,7 +366,7 @@ void *heap_calloc(size_t size) {
   int64_t left = t->left - (int64_t)size;
   void *p;
   if (size < ((size_t)1 << 62) && left <= 0) {
-    p = heap_sample(size, true);
+    p = heap_sample(size, 0, true);
   } else if (size > fm_pool.small_max) {
     t->left = left;
     p = large_calloc(size);

@@ -3,8 +3,8 @@
 #
 # usage: heap.sh PATH/TO/libflatmalloc.so PATH/TO/sites PATH/TO/scripts/flatmalloc
 #
-# sites (sites.c) has three known call sites: one keeps 64 MiB live, one 8 MiB, one allocates
-# 1 GiB and frees it. At the default sampling interval (512K), google-pprof must rank them:
+# sites (sites.c) has three known call sites: one keeps 64 MiB live, one 8 MiB (posix_memalign),
+# one allocates 1 GiB and frees it. At the default sampling interval (512K), google-pprof must rank them:
 #   --inuse_space: site_keep64 first with 80-95 %, site_keep8 second;
 #   --alloc_space: site_churn first.
 # Checked through `flatmalloc heap -o F -- sites plain` (the program's output unchanged, one

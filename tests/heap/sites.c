@@ -1,6 +1,6 @@
 /* Three known call sites for the heap profiler's test (tests/heap/heap.sh):
  *   site_keep64  keeps 64 MiB live (1024 blocks of 64 KiB)
- *   site_keep8   keeps 8 MiB live (32768 blocks of 256 B)
+ *   site_keep8   keeps 8 MiB live (32768 blocks of 256 B, aligned to 64: posix_memalign)
  *   site_churn   allocates 1 GiB in blocks of 4 KiB and frees each at once
  * usage: sites MODE [DUMP_PATH]
  *   plain    all three in the main thread
@@ -42,7 +42,14 @@ __attribute__((noinline)) static void *site_keep64(void *arg) {
 }
 
 __attribute__((noinline)) static void *site_keep8(void *arg) {
-  for (int i = 0; i < N8; i++) keep8[i] = fill(malloc(256), 256);
+  for (int i = 0; i < N8; i++) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, 256) || ((unsigned long)p & 63)) {
+      fprintf(stderr, "sites: posix_memalign(64, 256) failed\n");
+      exit(1);
+    }
+    keep8[i] = fill(p, 256);
+  }
   return arg;
 }
 

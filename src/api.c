@@ -147,6 +147,7 @@ void *flatmalloc_realloc(void *p, size_t size) {
     /* keep the block when the new size fits and would not waste more than half of it */
     if (size <= old && (size > old / 2 || old <= 16)) return p;
   } else if (large_owns(p) && size > fm_pool.small_max / 2 && large_resize(p, size)) {
+    if (heap_on) heap_resized(p, size);
     return p;
   }
   void *q = fm_alloc(size);

@@ -290,6 +290,16 @@ int flatmalloc_heap_dump(const char *name) {
 }
 
 /* ---- the allocation and free paths ------------------------------------------------------- */
+/* Counts sampled large block p of size bytes for stack pc[0..n) and marks its first chunk. */
+static void heap_record(void *p, size_t size, const uintptr_t *pc, uint32_t n) {
+  uintptr_t ch = ((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift;
+  pthread_mutex_lock(&heap_lock);
+  struct heap_stack *s = stack_get(pc, n);
+  s->live_n++, s->live_bytes += size, s->alloc_n++, s->alloc_bytes += size;
+  __atomic_store_n(&mark[ch], (uint64_t)size << MARK_STACK_BITS | (uint64_t)(s - stacks + 1), __ATOMIC_RELAXED);
+  heap_unlock();
+}
+
 /* Not sampled: a block of size bytes, aligned to align (0: 16), read as zero when zero is set. */
 static void *plain(size_t size, size_t align, bool zero) {
   if (align) return block_alloc_aligned(align, size);
@@ -313,12 +323,7 @@ static noinline void *heap_sample(size_t size, size_t align, bool zero) {
   void *p = zero ? large_calloc(size) : large_alloc(size, align);
   t->busy = false;
   if (!p) return plain(size, align, zero);   /* no run for a block of its own: not sampled */
-  uintptr_t ch = ((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift;
-  pthread_mutex_lock(&heap_lock);
-  struct heap_stack *s = stack_get(pc, n);
-  s->live_n++, s->live_bytes += size, s->alloc_n++, s->alloc_bytes += size;
-  __atomic_store_n(&mark[ch], (uint64_t)size << MARK_STACK_BITS | (uint64_t)(s - stacks + 1), __ATOMIC_RELAXED);
-  heap_unlock();
+  heap_record(p, size, pc, n);
   return p;
 }
 
@@ -392,6 +397,24 @@ void heap_free(void *p) {
   pthread_mutex_lock(&heap_lock);
   s->live_n--, s->live_bytes -= v >> MARK_STACK_BITS;
   heap_unlock();
+}
+
+/* realloc resized large block p in place to size bytes: counted as its free and an allocation
+ * of size bytes at the same place, which may be sampled (p is a large block: it can be marked). */
+void heap_resized(void *p, size_t size) {
+  heap_free(p);
+  struct heap_thread *t = &heap_tl;
+  int64_t left = t->left - (int64_t)size;
+  if (left > 0 || t->busy || !t->rng || size >= ((size_t)1 << 62)) {
+    if (t->rng) t->left = left;
+    return;
+  }
+  t->left = heap_interval(t);
+  uintptr_t pc[HEAP_DEPTH];
+  t->busy = true;
+  uint32_t n = heap_backtrace(pc);
+  t->busy = false;
+  heap_record(p, size, pc, n);
 }
 
 /* ---- start-up, fork, exit ---------------------------------------------------------------- */

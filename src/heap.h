@@ -12,5 +12,6 @@ hidden void heap_setup(void);                /* pool.c, after the pool is laid o
 hidden void *heap_alloc(size_t size);        /* malloc's slow path with the pool ready */
 hidden void *heap_alloc_aligned(size_t align, size_t size);   /* align above 16, pool ready */
 hidden void *heap_calloc(size_t size);       /* calloc's, with the pool ready; NULL with ENOMEM */
+hidden void heap_resized(void *p, size_t size);   /* realloc grew or shrank large block p in place */
 hidden void heap_free(void *p);              /* free's slow path, before the block is released */
 #endif

@@ -12,6 +12,7 @@
 # ranks as above, the parent's holds none of the sites), across threads (blocks one thread
 # allocates and another frees leave the in-use report), after flatmalloc_heap_dump (the dump
 # ranks site_keep64 first; the exit profile, after site_keep64's blocks are freed, site_keep8),
+# after realloc grew a buffer to 40 MiB in place (counted at its size, between the two),
 # and after FLATMALLOC_HEAP_SIGNAL's signal (FILE.PID.1 as the dump). Bad settings stop the
 # program with one line. The ranks are statistical: with 8 MiB at one sample per 512 KiB the
 # 8 MiB site has about 16 samples, and a share outside 80-95 % for site_keep64 needs it to be
@@ -110,6 +111,19 @@ mapfile -t files < <(parts "$T/dump")
 report inuse_space "${files[0]}" >"$T/inuse"
 [ "$(awk 'NR == 1 { print $6 }' "$T/inuse")" = site_keep8 ] || { fm_show "$T/inuse" inuse; fm_fail "at exit site_keep8 is not first"; }
 fm_ok "at exit: site_keep8 first, site_keep64's sampled blocks were released"
+
+fm_check "realloc: a buffer grown from 1 MiB to 40 MiB (in place) is counted at its size"
+fm_preload env FLATMALLOC_HEAP="$T/grow" "$SITES" grow >"$T/got" || fm_fail "sites grow exited with $?"
+mapfile -t files < <(parts "$T/grow")
+[ ${#files[@]} -eq 1 ] || fm_fail "expected one profile, found ${#files[@]}"
+report inuse_space "${files[0]}" >"$T/inuse"
+order=$(awk 'NR <= 3 { printf "%s ", $6 }' "$T/inuse")
+grow=$(awk '$6 == "site_grow" { print int($1) }' "$T/inuse")
+if [ "$order" != "site_keep64 site_grow site_keep8 " ] || [ "${grow:-0}" -lt 20 ] || [ "$grow" -gt 60 ]; then
+  fm_show "$T/inuse" "--inuse_space"
+  fm_fail "expected site_keep64, site_grow (20-60 MB), site_keep8; got $order(site_grow ${grow:-0} MB)"
+fi
+fm_ok "--inuse_space: $order(site_grow $grow MB)"
 
 fm_check "FLATMALLOC_HEAP_SIGNAL=USR2: the signal writes FILE.PID.1"
 fm_preload env FLATMALLOC_HEAP="$T/sig" FLATMALLOC_HEAP_SIGNAL=USR2 "$SITES" signal >"$T/got" || fm_fail "sites signal exited with $?"

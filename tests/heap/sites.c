@@ -9,6 +9,8 @@
  *            the main thread frees it (sampled blocks freed by another thread)
  *   dump     as plain, then flatmalloc_heap_dump(DUMP_PATH), then frees the 64 MiB: the
  *            profile at exit ranks site_keep8 first, the dump site_keep64
+ *   grow     as plain, then site_grow keeps one buffer grown by realloc from 1 MiB to 40 MiB
+ *            in 1 MiB steps (in place when the space after it is free)
  *   signal   as dump, with raise(SIGUSR2) in place of the call (FLATMALLOC_HEAP_SIGNAL=USR2)
  * Prints the same lines with and without the profiler. */
 #include <dlfcn.h>
@@ -66,6 +68,22 @@ __attribute__((noinline)) static void *site_passed(void *arg) {
   return arg;
 }
 
+__attribute__((noinline)) static void *site_grow(void *arg) {
+  (void)arg;
+  char *p = NULL;
+  for (size_t n = 1; n <= 40; n++) {
+    char *q = realloc(p, n << 20);
+    if (!q) {
+      fprintf(stderr, "sites: realloc failed\n");
+      exit(1);
+    }
+    p = q;
+    memset(p + ((n - 1) << 20), 2, 1 << 20);
+  }
+  sum += (unsigned char)p[(40 << 20) - 1];
+  return p;
+}
+
 static void all_three(void) {
   site_keep64(NULL);
   site_keep8(NULL);
@@ -110,12 +128,15 @@ int main(int argc, char **argv) {
       return 1;
     }
     for (int i = 0; i < N64; i++) free(keep64[i]);
+  } else if (!strcmp(mode, "grow")) {
+    all_three();
+    site_grow(NULL);
   } else if (!strcmp(mode, "signal")) {
     all_three();
     raise(SIGUSR2);
     for (int i = 0; i < N64; i++) free(keep64[i]);
   } else {
-    fprintf(stderr, "usage: sites plain|fork|threads|signal|dump PATH\n");
+    fprintf(stderr, "usage: sites plain|fork|threads|grow|signal|dump PATH\n");
     return 2;
   }
   printf("sites %s: %lu\n", mode, sum);

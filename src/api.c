@@ -6,6 +6,7 @@
 
 #include "fast.h"
 #include "flatmalloc.h"
+#include "heap.h"
 #include "os.h"
 #include "vg.h"
 
@@ -19,30 +20,14 @@ static cold noinline void *malloc_start(size_t size) {
  * the requests costs (check.c's functions handle a pool not yet ready themselves) */
 void *fm_malloc_slow(size_t size) {
   if (fm_pool.checked) return check_malloc(size);
-  if (likely(pool_ready())) return block_alloc(size);
+  if (likely(pool_ready())) return heap_on ? heap_alloc(size) : block_alloc(size);
   return malloc_start(size);
 }
 
 void fm_free_slow(void *p) {
   if (fm_pool.checked) return check_free(p);
+  if (heap_on && p) heap_free(p);   /* a sampled block: its record goes first */
   if (p) block_free(p);
-}
-
-/* Whether a fresh block of n bytes at p still reads as zero. A block up to a page is read
- * whole; of a larger one the first and last 64 bytes, where a linear overflow or underflow from
- * a neighbour must have written before it reached further (reading them faults in at most the
- * two pages the program is about to write anyway, not the ones between). */
-static bool reads_zero(const void *p, size_t n) {
-  const uint64_t *w = p;
-  uint64_t any = 0;
-  if (n <= 4096) {
-    for (size_t i = 0; i < n / 8; i++) any |= w[i];
-  } else {
-    const uint64_t *e = (const uint64_t *)((const char *)p + (n & ~(size_t)7) - 64);
-    for (size_t i = 0; i < 8; i++) any |= w[i] | e[i];
-  }
-  for (size_t i = n & ~(size_t)7; i < n; i++) any |= ((const uint8_t *)p)[i];
-  return !any;
 }
 
 /* ---- entry points ------------------------------------------------------------------------ */
@@ -74,6 +59,7 @@ void *flatmalloc_calloc(size_t count, size_t size) {
     return NULL;
   }
   if (fm_pool.checked) return check_calloc(n);
+  if (heap_on && pool_ready()) return heap_calloc(n);
   if (n > fm_pool.small_max && pool_ready()) {
     void *p = large_calloc(n);
     if (!p) errno = ENOMEM;
@@ -91,7 +77,7 @@ void *flatmalloc_calloc(size_t count, size_t size) {
   bool zero;
   void *p = !fm_bin_empty(tc, c1) ? fm_pop(tc, c1, &zero) : tcache_alloc(c1 - 1, true, &zero);
   if (!p) return NULL;
-  return zero && reads_zero(p, n) ? p : memset(p, 0, n);
+  return zero && block_reads_zero(p, n) ? p : memset(p, 0, n);
 }
 
 /* Memory aligned to align (a power of two). */
@@ -99,7 +85,7 @@ static void *alloc_aligned(size_t align, size_t size) {
   if (align <= FM_ALIGN) return fm_alloc(size);
   if (unlikely(!pool_ready()) && !pool_init()) return boot_alloc(size, align);
   if (fm_pool.checked) return check_memalign(size, align);
-  return block_alloc_aligned(align, size);
+  return heap_on ? heap_alloc_aligned(align, size) : block_alloc_aligned(align, size);
 }
 
 static bool pow2(size_t v) { return v && !(v & (v - 1)); }
@@ -152,6 +138,7 @@ void *flatmalloc_realloc(void *p, size_t size) {
     /* keep the block when the new size fits and would not waste more than half of it */
     if (size <= old && (size > old / 2 || old <= 16)) return p;
   } else if (large_owns(p) && size > fm_pool.small_max / 2 && large_resize(p, size)) {
+    if (heap_on) heap_resized(p, size);
     return p;
   }
   void *q = fm_alloc(size);

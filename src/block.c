@@ -55,6 +55,25 @@ size_t block_usable(const void *p, enum fault_call call) {
   fault_bad(call, FAULT_FOREIGN, p, -1);
 }
 
+/* Whether a fresh block of n bytes at p (ZERO: never handed out, from pages never written)
+ * still reads as zero: calloc checks it rather than trust it, since a stray write may have
+ * reached it. A block up to a page is read whole; of a larger one the first and last 64
+ * bytes, where a linear overflow or underflow from a neighbour must have written before it
+ * reached further (reading them faults in at most the two pages the program is about to write
+ * anyway, not the ones between). */
+bool block_reads_zero(const void *p, size_t n) {
+  const uint64_t *w = p;
+  uint64_t any = 0;
+  if (n <= 4096) {
+    for (size_t i = 0; i < n / 8; i++) any |= w[i];
+  } else {
+    const uint64_t *e = (const uint64_t *)((const char *)p + (n & ~(size_t)7) - 64);
+    for (size_t i = 0; i < 8; i++) any |= w[i] | e[i];
+  }
+  for (size_t i = n & ~(size_t)7; i < n; i++) any |= ((const uint8_t *)p)[i];
+  return !any;
+}
+
 /* ---- for native code --------------------------------------------------------------------- */
 /* Under memcheck check.c runs the allocator natively inside Valgrind, where thread-local
  * storage (thread caches, errno) is Valgrind's and stopping would stop Valgrind: these use

@@ -46,6 +46,10 @@ FLATMALLOC_API size_t flatmalloc_stats_json(char *buf, size_t size);
  * found. Call it while other threads are quiet. O(heap): meant for tests and debugging. */
 FLATMALLOC_API int flatmalloc_heap_check(void);
 FLATMALLOC_API const char *flatmalloc_version(void);
+/* With FLATMALLOC_HEAP set: writes the heap profile (gperftools' format, for google-pprof) to
+ * path, or to FILE.PID.N when path is NULL. Returns 0, or -1 with errno when the profiler is
+ * off (ENOENT) or the file cannot be created. */
+FLATMALLOC_API int flatmalloc_heap_dump(const char *path);
 
 #ifdef __cplusplus
 }

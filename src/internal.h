@@ -93,6 +93,7 @@ hidden void tcache_collect(void);
 hidden void *block_alloc(size_t size);
 hidden void *block_alloc_aligned(size_t align, size_t size);
 hidden void block_free(void *p);          /* validated: stops on a bad pointer */
+hidden bool block_reads_zero(const void *p, size_t n);   /* calloc: a ZERO block still reads as zero */
 hidden size_t block_usable(const void *p, enum fault_call call);   /* validated: stops naming call */
 hidden void *block_alloc_direct(size_t size);   /* native code (check.c): its own cache, no errno */
 hidden bool block_free_direct(void *p);         /* native code: false for a bad pointer, no stop */

@@ -1,6 +1,7 @@
 /* Settings: one table, read from environ directly (getenv may not be safe this early and
  * nothing here may allocate). A bad value stops the program with one line naming it. In secure
  * mode (setuid, setgid) every setting is ignored. */
+#include <signal.h>
 #include <unistd.h>
 
 #include "fmt.h"
@@ -158,6 +159,39 @@ static const char *opt_profile(const char *v, struct fm_options *o) {
   return NULL;
 }
 
+/* Ignored in a setuid or setgid program, as FLATMALLOC_PROFILE. */
+static const char *opt_heap(const char *v, struct fm_options *o) {
+  if (!*v) return "expected a file path";
+  if (!os_secure()) o->heap = v;
+  return NULL;
+}
+
+static const char *opt_heap_sample(const char *v, struct fm_options *o) {
+  uint64_t n;
+  const char *why = parse_size(v, &n);
+  if (why) return why;
+  if (n == 0) return "the mean interval must be at least 1 byte";
+  if (n > (1ull << 40)) return "larger than 1T";
+  o->heap_sample = n;
+  return NULL;
+}
+
+/* A signal number, or USR1, USR2 (with or without SIG). */
+static const char *opt_heap_signal(const char *v, struct fm_options *o) {
+  if (v[0] == 'S' && v[1] == 'I' && v[2] == 'G') v += 3;
+  if (!__builtin_strcmp(v, "USR1")) o->heap_signal = SIGUSR1;
+  else if (!__builtin_strcmp(v, "USR2")) o->heap_signal = SIGUSR2;
+  else {
+    int n = 0;
+    const char *s = v;
+    for (; *s >= '0' && *s <= '9' && n < 1000; s++) n = n * 10 + (*s - '0');
+    if (!*v || *s || n < 1 || n > SIGRTMAX || n == SIGKILL || n == SIGSTOP || n == SIGSEGV || n == SIGBUS)
+      return "expected a signal number or USR1, USR2 (not KILL, STOP, SEGV or BUS)";
+    o->heap_signal = n;
+  }
+  return NULL;
+}
+
 static const struct option options[] = {
   {"FLATMALLOC_POOL", "physical memory, halved until it can be reserved", opt_pool,
    "size of the one pool reserved at start-up (K, M, G, T suffixes)"},
@@ -169,6 +203,9 @@ static const struct option options[] = {
   {"FLATMALLOC_STATS", "0", opt_stats, "1: print statistics to stderr at exit"},
   {"FLATMALLOC_CHECK", "0", opt_check, "1: checking mode (headers, canaries, abort on misuse)"},
   {"FLATMALLOC_PROFILE", "unset", opt_profile, "record request sizes and peaks into FILE.PID at exit"},
+  {"FLATMALLOC_HEAP", "unset", opt_heap, "sampling heap profiler: pprof profiles into FILE.PID at exit"},
+  {"FLATMALLOC_HEAP_SAMPLE", "512K", opt_heap_sample, "mean bytes allocated between two heap samples"},
+  {"FLATMALLOC_HEAP_SIGNAL", "unset", opt_heap_signal, "this signal (number, USR1, USR2) writes FILE.PID.N"},
 };
 
 /* Text from the environment, made one printable line: control characters, DEL, bytes above
@@ -248,7 +285,7 @@ void options_check_room(const struct fm_options *o, uint32_t heap_chunks) {
 }
 
 void options_read(struct fm_options *o) {
-  *o = (struct fm_options){.retain = FM_RETAIN_DEFAULT};
+  *o = (struct fm_options){.retain = FM_RETAIN_DEFAULT, .heap_sample = 512u << 10};
   if (opt_classes(default_classes, o)) options_fail("FLATMALLOC_CLASSES", default_classes, "bad default");
   /* In a setuid or setgid program the environment is the caller's: no setting of theirs may
    * change the pool, print the heap's layout or stop the program (glibc ignores its tunables
@@ -273,7 +310,7 @@ void options_read(struct fm_options *o) {
       options_fail(name, value,
                    "unknown setting (known: FLATMALLOC_POOL, FLATMALLOC_CLASSES, FLATMALLOC_LARGE, "
                    "FLATMALLOC_RETAIN, FLATMALLOC_PREFAULT, FLATMALLOC_STATS, FLATMALLOC_CHECK, "
-                   "FLATMALLOC_PROFILE)");
+                   "FLATMALLOC_PROFILE, FLATMALLOC_HEAP, FLATMALLOC_HEAP_SAMPLE, FLATMALLOC_HEAP_SIGNAL)");
     const char *why = opt->parse(value, o);
     if (why) options_fail(name, value, why);
     if (opt->parse == opt_classes) o->classes_text = value;

@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -105,6 +107,29 @@ void os_close(int fd) {
   int saved = errno;
   close(fd);
   errno = saved;
+}
+
+int os_open_read(const char *path) {
+  int saved = errno, fd = open(path, O_RDONLY | O_CLOEXEC);
+  errno = saved;
+  return fd;
+}
+
+long os_read(int fd, char *buf, size_t n) {
+  int saved = errno;
+  ssize_t r;
+  while ((r = read(fd, buf, n)) < 0 && errno == EINTR) {}
+  errno = saved;
+  return (long)r;
+}
+
+void os_on_signal(int sig, void (*fn)(int)) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = fn;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, NULL);
 }
 
 bool os_cwd(char *buf, size_t size) {

@@ -37,6 +37,12 @@ hidden int os_getpid(void);
  * failure. Keeps errno. */
 hidden int os_create(const char *path);
 hidden void os_close(int fd);
+/* Opens path for reading, close-on-exec; -1 on failure. Keeps errno. */
+hidden int os_open_read(const char *path);
+/* Reads up to n bytes (retrying on EINTR); 0 at the end, -1 on failure. Keeps errno. */
+hidden long os_read(int fd, char *buf, size_t n);
+/* Runs fn on signal sig (SA_RESTART). Async-signal-safe callers only. */
+hidden void os_on_signal(int sig, void (*fn)(int));
 /* The current directory into buf; false when it does not fit or cannot be read. */
 hidden bool os_cwd(char *buf, size_t size);
 /* A close-on-exec copy of fd, numbered high out of the program's way; fd itself on failure. */

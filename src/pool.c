@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fmt.h"
+#include "heap.h"
 #include "internal.h"
 #include "os.h"
 
@@ -163,6 +164,7 @@ static void pool_start(void) {
   tcache_setup();
   stats_setup();
   profile_setup();
+  heap_setup();
   check_pool_start();
   /* Check mode and memcheck send every call through the slow paths: the fast paths stay as
    * they are, with no extra test. Set last: the slow paths test it before the pool is ready,
@@ -171,7 +173,7 @@ static void pool_start(void) {
     P->checked = true;
   } else {
     P->heap_chunks = P->heap_size >> P->chunk_shift;
-    P->small_lim = P->small_max + 1;
+    P->small_lim = heap_on ? 0 : P->small_max + 1;   /* heap.c counts every malloc's bytes */
   }
 }
 

@@ -228,6 +228,9 @@ struct fm_options {
   size_t retain;
   bool prefault, stats, check;
   const char *profile;      /* FLATMALLOC_PROFILE: record request sizes into this path's FILE.PID */
+  const char *heap;         /* FLATMALLOC_HEAP: heap profiles of sampled stacks into FILE.PID (heap.c) */
+  size_t heap_sample;       /* FLATMALLOC_HEAP_SAMPLE: mean bytes between samples */
+  int heap_signal;          /* FLATMALLOC_HEAP_SIGNAL: this signal writes a profile; 0: none */
 };
 
 /* Everything the fast paths read sits in the first cache line. */

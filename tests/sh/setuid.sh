@@ -52,7 +52,7 @@ chown root:root "$syslib"
 chmod 4755 "$syslib"
 echo "library copy: $syslib (mode 4755); programs in $dir"
 
-VARS=(FLATMALLOC_POOL FLATMALLOC_STATS FLATMALLOC_CLASSES FLATMALLOC_CHECK FLATMALLOC_PREFAULT FLATMALLOC_FOO)
+VARS=(FLATMALLOC_POOL FLATMALLOC_STATS FLATMALLOC_CLASSES FLATMALLOC_CHECK FLATMALLOC_PREFAULT FLATMALLOC_HEAP FLATMALLOC_HEAP_SAMPLE FLATMALLOC_HEAP_SIGNAL FLATMALLOC_FOO)
 out=$FM_TMP/out
 err=$FM_TMP/err
 
@@ -133,7 +133,7 @@ fm_stats_verify "$err"
 plain_rejects "flatmalloc: FLATMALLOC_POOL=1K: pool too small (it needs room for its tables and one span of the largest class)" \
   FLATMALLOC_POOL=1K
 plain_rejects "flatmalloc: FLATMALLOC_CLASSES=16:50,24: class sizes must be multiples of 16" FLATMALLOC_CLASSES=16:50,24
-plain_rejects "flatmalloc: FLATMALLOC_FOO=1: unknown setting (known: FLATMALLOC_POOL, FLATMALLOC_CLASSES, FLATMALLOC_LARGE, FLATMALLOC_RETAIN, FLATMALLOC_PREFAULT, FLATMALLOC_STATS, FLATMALLOC_CHECK, FLATMALLOC_PROFILE)" \
+plain_rejects "flatmalloc: FLATMALLOC_FOO=1: unknown setting (known: FLATMALLOC_POOL, FLATMALLOC_CLASSES, FLATMALLOC_LARGE, FLATMALLOC_RETAIN, FLATMALLOC_PREFAULT, FLATMALLOC_STATS, FLATMALLOC_CHECK, FLATMALLOC_PROFILE, FLATMALLOC_HEAP, FLATMALLOC_HEAP_SAMPLE, FLATMALLOC_HEAP_SIGNAL)" \
   FLATMALLOC_FOO=1
 
 echo "== in the setuid program every FLATMALLOC_* setting is ignored =="
@@ -146,5 +146,9 @@ secure $'FLATMALLOC_CLASSES=\n\x1b[2Jbad'
 secure FLATMALLOC_FOO=1
 secure FLATMALLOC_CHECK=yes FLATMALLOC_PREFAULT=1
 secure FLATMALLOC_STATS=1 FLATMALLOC_POOL=1K FLATMALLOC_CLASSES=x FLATMALLOC_CHECK=1 FLATMALLOC_FOO=1
+secure FLATMALLOC_HEAP="$dir/heap" FLATMALLOC_HEAP_SAMPLE=1 FLATMALLOC_HEAP_SIGNAL=KILL
+fm_check "the setuid program wrote no heap profile"
+[ -z "$(ls "$dir" | grep '^heap')" ] || fm_fail "FLATMALLOC_HEAP wrote $(ls "$dir" | grep '^heap')"
+fm_ok "no $dir/heap.*"
 
 echo "setuid: all checks passed"

@@ -18,12 +18,15 @@
  *   leak search scans every mapping of the program as a root except its own heap: blocks in an
  *   mmap'ed pool would keep each other reachable. Freed blocks are held back (the quarantine)
  *   for memcheck's --freelist-vol bytes, as memcheck's own malloc holds them.
- * - helgrind, drd: the pool and the pool's bookkeeping are untracked; a block is fresh, tracked
- *   memory from malloc to free. Calls into the core are serialised by one mutex, which the
- *   tools see, so a block handed from one thread to another is ordered by it.
+ * - drd: the pool and the pool's bookkeeping are untracked; a block is fresh, tracked memory
+ *   from malloc to free (a block another thread freed is new memory, not a race). The
+ *   bookkeeping runs in native calls (as under memcheck), which take no pthread lock and whose
+ *   accesses drd does not see: the allocator orders no two threads, and every race the program
+ *   has is reported.
  * - massif and the rest: malloc-like and free-like blocks.
- * - DHAT (3.19) ignores malloc-like blocks: every call is handed to the allocator DHAT put in
- *   libc's place, by tail calls, so DHAT's stacks still start at the program's call.
+ * - DHAT (3.19) ignores malloc-like blocks, and helgrind (3.19) describes an address only by
+ *   the blocks of its own malloc: every call is handed to the allocator the tool put in libc's
+ *   place, by tail calls, so the tool's stacks still start at the program's call.
  * Each request is issued from a function whose symbol is the API's name (malloc, free, ...),
  * reached from the exported function by tail calls, so the tool's stack starts at the
  * program's call and suppressions on fun:malloc match. */
@@ -53,8 +56,7 @@ struct check_hdr {
 };
 
 enum vg_tool check_tool;
-static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool serial;                  /* described mode: core calls under check_lock */
+static bool serial;                  /* described mode: core calls under lock() */
 static uint8_t *heap_block;          /* memcheck: the heap block the pool lives in */
 static bool native;                  /* memcheck: the bookkeeping runs natively (see below) */
 static _Atomic bool pool_gone;       /* memcheck: heap_block released at exit */
@@ -70,19 +72,17 @@ static struct {
 } tool_heap;
 static bool forward;
 
-/* helgrind and drd must see a pthread mutex; under memcheck (which runs one thread at a time
- * anyway) a flag is a tenth of the instructions, and instructions are memcheck's cost. */
-static bool thread_tool;
+/* A flag, not a pthread mutex: helgrind and drd see only pthread's locks, so this one orders
+ * no two program threads for them (a mutex taken by every malloc and free would hide every
+ * race the program has); under memcheck it is also a tenth of a mutex's instructions. Waits
+ * with sched_yield, a system call, where Valgrind lets the holder run. */
 static void lock(void) {
   if (!serial) return;
-  if (thread_tool) pthread_mutex_lock(&check_lock);
-  else
-    while (atomic_flag_test_and_set_explicit(&quick.flag, memory_order_acquire)) sched_yield();
+  while (atomic_flag_test_and_set_explicit(&quick.flag, memory_order_acquire)) sched_yield();
 }
 static void unlock(void) {
   if (!serial) return;
-  if (thread_tool) pthread_mutex_unlock(&check_lock);
-  else atomic_flag_clear_explicit(&quick.flag, memory_order_release);
+  atomic_flag_clear_explicit(&quick.flag, memory_order_release);
 }
 
 struct check_quick quick = {.flag = ATOMIC_FLAG_INIT,
@@ -880,13 +880,11 @@ static bool tool_heap_find(void) {
 
 bool check_setup(void) {
   check_tool = vg_tool();
-  forward = check_tool == VG_DHAT && tool_heap_find();
+  forward = (check_tool == VG_DHAT || check_tool == VG_HELGRIND) && tool_heap_find();
   serial = check_tool != VG_NONE;
-  thread_tool = check_tool == VG_HELGRIND || check_tool == VG_DRD;
-  /* The thread checkers order a hand-over by the lock itself; its own words, which glibc's
-   * unlock writes after the tool has seen the release, are left out of their checks. */
-  VALGRIND_HG_DISABLE_CHECKING(&check_lock, sizeof check_lock);
-  VALGRIND_DRD_IGNORE(&check_lock, sizeof check_lock);
+  /* The thread checkers do not check the lock's and the short ways' words (see lock()). */
+  VALGRIND_HG_DISABLE_CHECKING(&quick, sizeof quick);
+  VALGRIND_DRD_IGNORE(&quick, sizeof quick);
   held.on = check_tool == VG_MEMCHECK;
   if (held.on) read_freelist_vol();
   return serial;
@@ -938,7 +936,6 @@ void *check_pool_map(size_t size) {
 /* A child whose fork came while another thread held quick.flag drops the queue, the stash and
  * the pending list, which that thread may have been changing (their blocks stay out). */
 static void check_after_fork(void) {
-  pthread_mutex_init(&check_lock, NULL);
   if (atomic_flag_test_and_set(&quick.flag)) {
     quick.nqueue = 0;
     memset(quick.nstash, 0, sizeof quick.nstash);
@@ -963,12 +960,15 @@ void check_pool_start(void) {
     VALGRIND_DRD_IGNORE(&fm_pool, sizeof fm_pool);
   }
   pthread_atfork(NULL, NULL, check_after_fork);
-  native = check_tool == VG_MEMCHECK && !fm_pool.opt.check && !fm_pool.lazy_commit;
+  /* helgrind and drd: native calls make no pthread call and their memory accesses are not seen,
+   * so the allocator orders no two threads for them and its bookkeeping raises nothing */
+  native = (check_tool == VG_MEMCHECK || check_tool == VG_HELGRIND || check_tool == VG_DRD) && !fm_pool.opt.check &&
+           !fm_pool.lazy_commit;
   if (native) {
     fm_pool.count_lockers = true;
     tcache_native_setup();
   }
-  lean_malloc = native && !fm_pool.opt.profile;
+  lean_malloc = native && check_tool == VG_MEMCHECK && !fm_pool.opt.profile;
   if (lean_malloc)
     for (unsigned c = 0; c < fm_pool.nclass && fm_pool.cls[c].size <= STASH_CLASS_MAX; c++)
       if (fm_pool.cls[c].size > LEAN_LEAD) quick.stash_lim = fm_pool.cls[c].size - LEAN_LEAD + 1;

@@ -74,15 +74,15 @@ static cold noinline void *cxx_fail(size_t n, size_t align, enum check_kind kind
 /* ---- release ----------------------------------------------------------------------------- */
 #define DELETE_BODY(p, kind)                                                                   \
   if (unlikely(fm_pool.checked)) {                                                             \
-    struct check_block f;                                                                      \
-    int r;                                                                                     \
-    if (!(p) || (r = check_take_block((p), (int)(kind), &f)) < 0) return;                      \
-    if (r == 0) { /* the tool reports the bad pointer */                                       \
+    long r;                                                                                    \
+    if (!(p) || (r = check_take_block((p), (int)(kind))) == CHECK_NONE) return;                \
+    if (r == CHECK_MISMATCH) return check_tool_release((int)(kind))(p);                        \
+    if (r == CHECK_BAD) { /* the tool reports the bad pointer */                               \
       vg_freed((p), 0);                                                                        \
       return;                                                                                  \
     }                                                                                          \
-    vg_freed((p), f.size);                                                                     \
-    check_give_block(&f);                                                                      \
+    vg_freed((p), (size_t)r);                                                                  \
+    check_give_block();                                                                        \
     return;                                                                                    \
   }                                                                                            \
   fm_free(p)

@@ -69,6 +69,8 @@ static struct {
   void *(*memalign)(size_t, size_t);
   void (*free)(void *);
   size_t (*usable)(void *);
+  int (*posix_memalign)(void **, size_t, size_t);
+  bool on;   /* memcheck: its own functions report fishy sizes and mismatched releases */
 } tool_heap;
 static bool forward;
 
@@ -360,47 +362,99 @@ static void hold(uint8_t *b, int cls, size_t size) {
 static bool lean_malloc;
 #define LEAN_MAX ((size_t)1 << 62)   /* no overflow adding the header and canary */
 
-/* Validates p for a release through the family of release (-1: any). Returns 1 with
- * check_lock held and memcheck looking away (under native calls: nothing held, nothing
- * validated yet; check_give_block does both, or queues p), for check_give_block (the caller
- * describes the release between the two, so that no other thread can reuse the block first);
- * 0 for a bad pointer the tool should report; -1 when there is nothing to do (bootstrap
- * block, DHAT). */
-int check_take_block(void *p, int release, struct check_block *f) {
-  if (boot_owns(p)) return -1;
+/* The block between check_take_block and check_give_block, which hold lock() meanwhile. */
+static struct check_block taken;
+static void queue_push(void *p);
+static uintptr_t native_free(uintptr_t tid, uintptr_t p, uintptr_t unused);
+static uintptr_t native_call(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), uintptr_t a, uintptr_t b);
+static void cxx_gone(uintptr_t r);
+
+/* A block allocated by one family and released through another: in checking mode a fault;
+ * under memcheck (after the block was released) the caller hands p to the tool's release
+ * function of that family, so that memcheck reports its own "Mismatched free() / delete /
+ * delete []" error, counted and suppressible, with the allocation stack (memcheck knows the
+ * block as a custom one, allocated by no family); under the other tools one line. */
+static long take_mismatched(void *p, struct check_block *f, int release) {
+  if (release < 0 || kind_fits(f->kind, (enum check_kind)release)) return (long)f->size;
+  if (check_tool == VG_MEMCHECK && !fm_pool.opt.check) {
+    if (!f->native) {
+      f->h->magic = magic(f->h, false);
+      profile_free(f->size);
+      hold(f->b, f->cls, f->size);
+      VALGRIND_ENABLE_ERROR_REPORTING;
+    }
+    unlock();
+    return CHECK_MISMATCH;
+  }
+  mismatch(p, f, (enum check_kind)release, false);
+  return (long)f->size;
+}
+
+/* Validates p for a release through the family of release (-1: any). Returns its size with
+ * lock() held and memcheck looking away (native calls: the block is released already), for
+ * check_give_block (the caller describes the release between the two, so that no other
+ * thread can reuse the block first); CHECK_BAD for a bad pointer the tool should report;
+ * CHECK_NONE when there is nothing to do (bootstrap block, forwarded); CHECK_MISMATCH (see
+ * take_mismatched). */
+long check_take_block(void *p, int release) {
+  struct check_block *f = &taken;
+  if (boot_owns(p)) return CHECK_NONE;
   if (forward) {
     tool_heap.free(p);
-    return -1;
-  }
-  f->native = native && !pool_gone;
-  if (f->native) {   /* check_give_block validates it: memcheck reports a bad pointer when told */
-    f->b = p;
-    f->size = 0;
-    f->cls = release;
-    return 1;
+    return CHECK_NONE;
   }
   lock();
+  f->native = native && !pool_gone;
+  f->queue = false;
+  if (f->native) {
+    if (release == KIND_MALLOC && !quick.queue_off) {   /* see "deferred releases" */
+      f->queue = true;
+      f->b = p;
+      return 0;
+    }
+    uintptr_t r = native_call(native_free, (uintptr_t)p, 0);   /* validates and holds p */
+    if ((r & 15) != V_OK) {
+      unlock();
+      return CHECK_BAD;
+    }
+    cxx_gone(r);
+    f->cls = -1;
+    f->size = r >> 8;
+    f->kind = (enum check_kind)(r >> 4 & 3);
+    profile_free(f->size);
+    return take_mismatched(p, f, release);
+  }
   VALGRIND_DISABLE_ERROR_REPORTING;
   enum verdict v = check_find(p, f);
-  if (v == V_OK) {
-    if (release >= 0 && !kind_fits(f->kind, (enum check_kind)release)) mismatch(p, f, (enum check_kind)release, false);
-    return 1;
-  }
+  if (v == V_OK) return take_mismatched(p, f, release);
   VALGRIND_ENABLE_ERROR_REPORTING;
   unlock();
   if (fm_pool.opt.check) fault_stop(verdict_text[v], p, v == V_FOREIGN ? -1 : f->cls);
-  return 0;
+  return CHECK_BAD;
 }
 
-static void native_give(struct check_block *f);
-
-void check_give_block(struct check_block *f) {
-  if (f->native) return native_give(f);
-  f->h->magic = magic(f->h, false);
-  profile_free(f->size);
-  hold(f->b, f->cls, f->size);
-  VALGRIND_ENABLE_ERROR_REPORTING;
+void check_give_block(void) {
+  struct check_block *f = &taken;
+  if (f->queue) {
+    void *p = f->b;
+    unlock();
+    return queue_push(p);
+  }
+  if (!f->native) {
+    f->h->magic = magic(f->h, false);
+    profile_free(f->size);
+    hold(f->b, f->cls, f->size);
+    VALGRIND_ENABLE_ERROR_REPORTING;
+  }
   unlock();
+}
+
+/* memcheck's release function of the family of release (see take_mismatched): libc's free,
+ * or libstdc++'s delete or delete[], which memcheck replaced. */
+check_release_fn *check_tool_release(int release) {
+  static const char *const name[] = {[KIND_MALLOC] = "free", [KIND_NEW] = "_ZdlPv", [KIND_NEW_ARRAY] = "_ZdaPv"};
+  check_release_fn *fn = (check_release_fn *)dlsym(RTLD_NEXT, name[release]);
+  return fn ? fn : (check_release_fn *)dlsym(RTLD_NEXT, "free");
 }
 
 /* ---- native calls (memcheck) ------------------------------------------------------------ */
@@ -654,27 +708,30 @@ static bool native_taken(void *p, uintptr_t r, int release, bool realloc_call) {
   return true;
 }
 
-static void native_give(struct check_block *f) {
-  if (f->cls == KIND_MALLOC && !quick.queue_off) return queue_push(f->b);   /* see "deferred releases" */
-  lock();   /* the pending headers (see "the stash") */
-  uintptr_t r = native_call(native_free, (uintptr_t)f->b, 0);
-  unlock();
-  if (native_taken(f->b, r, f->cls, false)) profile_free(r >> 8);
-  cxx_gone(r);
-}
-
 /* ---- the API's functions, under the API's names ------------------------------------------- */
 /* Local symbols named malloc, free, ...: each issues its requests from its own body and is
  * reached by tail calls from the exported function, so a tool's stack reads malloc, main. */
 #define NAMED(fn) __asm__(fn) noinline __attribute__((used))
 static void *named_malloc(size_t size) NAMED("malloc");
 static void *named_memalign(size_t size, size_t align) NAMED("memalign");
-static void *named_calloc(size_t size) NAMED("calloc");
+static void *named_calloc(size_t count, size_t size) NAMED("calloc");
 static void named_free(void *p) NAMED("free");
 static void *named_realloc(void *p, size_t size) NAMED("realloc");
 static int named_posix_memalign(void **memptr, size_t align, size_t size) NAMED("posix_memalign");
 
+/* memcheck's "fishy" sizes (above SSIZE_MAX, a negative number passed as a size): the call is
+ * handed to memcheck's own function of the same name, which reports the error and returns NULL,
+ * so the error is memcheck's own, counted and suppressible. */
+static bool fishy(size_t size) {
+  if (likely((ssize_t)size >= 0 || !tool_heap.on)) return false;
+  errno = ENOMEM;   /* memcheck's functions leave errno as it was */
+  return true;
+}
+
+/* Under memcheck check_short.c's malloc takes sizes below the stash's limit: the test for a
+ * fishy size costs the larger ones only. */
 static void *named_malloc(size_t size) {
+  if (unlikely(fishy(size))) return tool_heap.malloc(size);
   if (likely(lean_malloc)) {   /* memcheck, native, no profile */
     uintptr_t p = VALGRIND_NON_SIMD_CALL2(native_new, size, FM_ALIGN | KIND_MALLOC);
     if (unlikely(p <= NATIVE_BUSY)) p = (uintptr_t)native_block(size, FM_ALIGN, KIND_MALLOC, false);   /* retry, flush, errno */
@@ -689,39 +746,47 @@ static void *named_malloc(size_t size) {
 }
 
 static void *named_memalign(size_t size, size_t align) {
-  if (forward) return tool_heap.memalign(align, size);
+  if (forward || fishy(size)) return tool_heap.memalign(align, size);
   void *p = block_new(size, align, KIND_ALIGNED, false);
   if (p && !pool_gone) vg_alloced(p, size, false);
   return p;
 }
 
-static void *named_calloc(size_t size) {
+static void *named_calloc(size_t count, size_t size) {
+  size_t n;
+  if (forward || fishy(count) || fishy(size)) return tool_heap.calloc(count, size);
+  if (__builtin_mul_overflow(count, size, &n)) {
+    errno = ENOMEM;
+    return NULL;
+  }
   if (likely(lean_malloc)) {   /* as named_malloc's */
-    uintptr_t p = VALGRIND_NON_SIMD_CALL2(native_new, size, FM_ALIGN | KIND_MALLOC | NATIVE_ZERO);
-    if (unlikely(p <= NATIVE_BUSY)) p = (uintptr_t)native_block(size, FM_ALIGN, KIND_MALLOC, true);
-    if (likely(p)) VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, 1);
+    uintptr_t p = VALGRIND_NON_SIMD_CALL2(native_new, n, FM_ALIGN | KIND_MALLOC | NATIVE_ZERO);
+    if (unlikely(p <= NATIVE_BUSY)) p = (uintptr_t)native_block(n, FM_ALIGN, KIND_MALLOC, true);
+    if (likely(p)) VALGRIND_MALLOCLIKE_BLOCK(p, n, 0, 1);
     return (void *)p;
   }
-  if (forward) return tool_heap.calloc(1, size);
-  void *p = block_new(size, FM_ALIGN, KIND_MALLOC, true);
-  if (p && !pool_gone) vg_alloced(p, size, true);
+  void *p = block_new(n, FM_ALIGN, KIND_MALLOC, true);
+  if (p && !pool_gone) vg_alloced(p, n, true);
   return p;
 }
 
+/* No local whose address is taken: a mismatch leaves by a tail call to memcheck's free, and
+ * memcheck's stack then reads free, main, as with glibc. */
 static void named_free(void *p) {
-  struct check_block f;
   if (!p) return;
   if (forward && !boot_owns(p)) return tool_heap.free(p);
-  int r = check_take_block(p, KIND_MALLOC, &f);
-  if (r == 0) vg_freed(p, 0);   /* memcheck reports "Invalid free()" */
-  if (r <= 0) return;
-  vg_freed(p, f.size);
-  check_give_block(&f);
+  long r = check_take_block(p, KIND_MALLOC);
+  if (r == CHECK_MISMATCH) return check_tool_release(KIND_MALLOC)(p);
+  if (r == CHECK_BAD) vg_freed(p, 0);   /* memcheck reports "Invalid free()" */
+  if (r < 0) return;
+  vg_freed(p, (size_t)r);
+  check_give_block();
 }
 
 static void *named_realloc(void *p, size_t size) {
   struct check_block f;
   if (forward && !boot_owns(p)) return tool_heap.realloc(p, size);
+  if (fishy(size)) return tool_heap.realloc(p, size);
   if (!p) {   /* realloc(NULL, n) is malloc(n), and the tool's stack says realloc */
     void *q = stash_take(size);
     if (!q) q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
@@ -729,11 +794,12 @@ static void *named_realloc(void *p, size_t size) {
     return q;
   }
   if (!size) {   /* realloc(p, 0) frees p */
-    int r = check_take_block(p, KIND_MALLOC, &f);
-    if (r == 0) vg_freed(p, 0);
-    if (r > 0) {
-      vg_freed(p, f.size);
-      check_give_block(&f);
+    long r = check_take_block(p, KIND_MALLOC);
+    if (r == CHECK_MISMATCH) check_tool_release(KIND_MALLOC)(p);
+    if (r == CHECK_BAD) vg_freed(p, 0);
+    if (r >= 0) {
+      vg_freed(p, (size_t)r);
+      check_give_block();
     }
     return NULL;
   }
@@ -801,20 +867,22 @@ static void *named_realloc(void *p, size_t size) {
   if (!q) return NULL;
   if (!pool_gone) vg_alloced(q, size, false);
   memcpy(q, p, old < size ? old : size);
-  if (check_take_block(p, -1, &f) > 0) {
+  if (check_take_block(p, -1) >= 0) {
     vg_freed(p, old);
-    check_give_block(&f);
+    check_give_block();
   }
   return q;
 }
 
+/* Calls memalign, as memcheck's posix_memalign does: the tool's stack reads memalign,
+ * posix_memalign, then the program. */
 static int named_posix_memalign(void **memptr, size_t align, size_t size) {
-  void *p = forward ? tool_heap.memalign(align, size) : block_new(size, align, KIND_ALIGNED, false);
+  if (fishy(size)) return tool_heap.posix_memalign(memptr, align, size);
+  void *p = named_memalign(size, align);
   if (!p) {
     errno = ENOMEM;   /* as glibc 2.36 leaves it */
     return ENOMEM;
   }
-  if (!forward && !pool_gone) vg_alloced(p, size, false);
   *memptr = p;
   return 0;
 }
@@ -823,7 +891,7 @@ int check_posix_memalign(void **memptr, size_t align, size_t size) { return name
 
 void *check_malloc_long(size_t size) { return named_malloc(size); }
 void *check_memalign(size_t size, size_t align) { return named_memalign(size, align); }
-void *check_calloc(size_t n) { return named_calloc(n); }
+void *check_calloc(size_t count, size_t size) { return named_calloc(count, size); }
 void check_free_long(void *p) { named_free(p); }
 void *check_realloc_long(void *p, size_t size) { return named_realloc(p, size); }
 
@@ -874,17 +942,22 @@ static bool tool_heap_find(void) {
   tool_heap.memalign = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "memalign");
   tool_heap.free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
   tool_heap.usable = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
-  return tool_heap.malloc && tool_heap.calloc && tool_heap.realloc && tool_heap.memalign && tool_heap.free &&
+  tool_heap.posix_memalign = (int (*)(void **, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
+  return tool_heap.posix_memalign && tool_heap.malloc && tool_heap.calloc && tool_heap.realloc && tool_heap.memalign && tool_heap.free &&
          tool_heap.usable;
 }
 
 bool check_setup(void) {
   check_tool = vg_tool();
   forward = (check_tool == VG_DHAT || check_tool == VG_HELGRIND) && tool_heap_find();
+  tool_heap.on = check_tool == VG_MEMCHECK && tool_heap_find();
   serial = check_tool != VG_NONE;
-  /* The thread checkers do not check the lock's and the short ways' words (see lock()). */
+  /* The thread checkers do not check the lock's, the short ways' and the block in release's
+   * words (see lock()). */
   VALGRIND_HG_DISABLE_CHECKING(&quick, sizeof quick);
   VALGRIND_DRD_IGNORE(&quick, sizeof quick);
+  VALGRIND_HG_DISABLE_CHECKING(&taken, sizeof taken);
+  VALGRIND_DRD_IGNORE(&taken, sizeof taken);
   held.on = check_tool == VG_MEMCHECK;
   if (held.on) read_freelist_vol();
   return serial;

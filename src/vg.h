@@ -120,18 +120,26 @@ hidden void *check_new_block(size_t size, size_t align, enum check_kind kind);  
 /* What a release needs to know of a block (check.c fills it). */
 struct check_hdr;
 struct check_block {
-  bool native;   /* memcheck: check_give_block validates and releases, or queues (b is the pointer) */
+  bool native;   /* native calls: validated and released already */
+  bool queue;    /* memcheck: check_give_block queues b, the program's pointer */
   struct check_hdr *h;
   uint8_t *b;
   int cls;
   size_t size;
   enum check_kind kind;
 };
-/* Validates p for a release through the family of release (-1: any): 1 release it (the caller
- * describes the release with vg_freed, then calls check_give_block), 0 a bad pointer (tell the
- * tool: vg_freed(p, 0)), -1 nothing to do (bootstrap block). */
-hidden int check_take_block(void *p, int release, struct check_block *f);
-hidden void check_give_block(struct check_block *f);
+/* Validates p for a release through the family of release (-1: any). Returns the block's size:
+ * release it (the caller describes the release with vg_freed, then calls check_give_block);
+ * or CHECK_BAD, a bad pointer (tell the tool: vg_freed(p, 0)); CHECK_NONE, nothing to do
+ * (bootstrap block, forwarded); CHECK_MISMATCH, released through the wrong family: under
+ * memcheck the caller hands p to check_tool_release(release), by a tail call. */
+#define CHECK_NONE (-1L)
+#define CHECK_BAD (-2L)
+#define CHECK_MISMATCH (-3L)
+hidden long check_take_block(void *p, int release);
+hidden void check_give_block(void);
+typedef void check_release_fn(void *);
+hidden check_release_fn *check_tool_release(int release);
 
 /* ---- memcheck's short ways (check_short.c), and what they share with check.c -------------- */
 /* malloc of a stashed size, free while releases are queued and realloc between the two (see
@@ -193,7 +201,7 @@ hidden bool check_setup(void);
 hidden bool check_pool_heap(void);
 hidden void *check_pool_map(size_t size);
 hidden size_t check_pool_cap(void);
-hidden void *check_calloc(size_t n);
+hidden void *check_calloc(size_t count, size_t size);   /* count * size may overflow */
 hidden int check_posix_memalign(void **memptr, size_t align, size_t size);
 /* stats.c, malloc_trim: hands the releases queued under memcheck to the allocator. */
 hidden void check_release_queued(void);

@@ -1,0 +1,22 @@
+/* memcheck's "fishy" size arguments (a negative number passed as a size) and calloc(0, -1):
+ * each call must fail, and memcheck must report each as it does on glibc's heap. */
+#include <malloc.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static volatile size_t minus1 = SIZE_MAX;   /* volatile: no compile-time warning or folding */
+
+int main(void) {
+  void *p = malloc(16), *q = NULL;
+  int fails = 0;
+  fails += malloc(minus1) == NULL;
+  fails += calloc(0, minus1) == NULL;
+  fails += calloc(minus1, 1) == NULL;
+  fails += realloc(p, minus1) == NULL;
+  fails += memalign(64, minus1) == NULL;
+  fails += posix_memalign(&q, 64, minus1) != 0;
+  free(p);
+  printf("fishy: %d of 6 failed\n", fails);
+  return 0;
+}

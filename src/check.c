@@ -736,6 +736,7 @@ static void *named_malloc(size_t size) {
     uintptr_t p = VALGRIND_NON_SIMD_CALL2(native_new, size, FM_ALIGN | KIND_MALLOC);
     if (unlikely(p <= NATIVE_BUSY)) p = (uintptr_t)native_block(size, FM_ALIGN, KIND_MALLOC, false);   /* retry, flush, errno */
     if (likely(p)) VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, 0);
+    vg_scrub(p);
     return (void *)p;
   }
   if (unlikely(!pool_ready()) && !pool_init()) return boot_alloc(size, 0);
@@ -763,6 +764,7 @@ static void *named_calloc(size_t count, size_t size) {
     uintptr_t p = VALGRIND_NON_SIMD_CALL2(native_new, n, FM_ALIGN | KIND_MALLOC | NATIVE_ZERO);
     if (unlikely(p <= NATIVE_BUSY)) p = (uintptr_t)native_block(n, FM_ALIGN, KIND_MALLOC, true);
     if (likely(p)) VALGRIND_MALLOCLIKE_BLOCK(p, n, 0, 1);
+    vg_scrub(p);
     return (void *)p;
   }
   void *p = block_new(n, FM_ALIGN, KIND_MALLOC, true);

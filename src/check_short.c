@@ -46,6 +46,7 @@ static void *named_malloc(size_t size) {
       vg_request(quick.malloc_req, 0);
       quick.malloc_req[1] = 0;   /* memcheck's leak search reads this as a root */
       flag_give();
+      vg_scrub(p);
       return (void *)p;
     }
     flag_give();   /* none left: check.c's way hands the queue and the stash back and retries */

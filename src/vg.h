@@ -62,6 +62,19 @@ static inline uintptr_t vg_request(const uintptr_t *args, uintptr_t dflt) {
 #endif
 }
 
+/* memcheck's leak search reads every register of every thread as a root: a copy of a block's
+ * pointer left in a scratch register when malloc returns keeps the block reachable for a leak
+ * check made before the register is reused (VALGRIND_DO_LEAK_CHECK, vgdb's leak_check). The
+ * functions that return a block clear them; p stays in rax, the return register. */
+#if defined(FM_VALGRIND) && defined(__x86_64__)
+#define vg_scrub(p)                                                                            \
+  __asm__ volatile("xorl %%ecx, %%ecx\n\txorl %%edx, %%edx\n\txorl %%esi, %%esi\n\txorl %%edi, %%edi\n\t"   \
+                   "xorl %%r8d, %%r8d\n\txorl %%r9d, %%r9d\n\txorl %%r10d, %%r10d\n\txorl %%r11d, %%r11d"  \
+                   : "+a"(p) : : "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11")
+#else
+#define vg_scrub(p) ((void)(p))
+#endif
+
 /* ---- which tool -------------------------------------------------------------------------- */
 enum vg_tool { VG_NONE, VG_MEMCHECK, VG_HELGRIND, VG_DRD, VG_MASSIF, VG_DHAT };
 

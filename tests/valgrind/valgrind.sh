@@ -2,9 +2,9 @@
 # Valgrind's tools on flatmalloc's heap, each compared with the same tool on glibc's heap (the
 # tool's own allocator) or checked for the exact report. Runs valgrind itself; every check can
 # fail and none is skipped.
-#   valgrind.sh LIB LEAKS UAF CXX THREADS HEAP CANARY STASH RACE FISHY
+#   valgrind.sh LIB LEAKS UAF CXX THREADS HEAP CANARY STASH RACE FISHY MIDLEAK
 set -uo pipefail
-lib=$1 leaks=$2 uaf=$3 cxx=$4 threads=$5 heap=$6 canary=$7 stash=$8 race=$9 fishy=${10}
+lib=$1 leaks=$2 uaf=$3 cxx=$4 threads=$5 heap=$6 canary=$7 stash=$8 race=$9 fishy=${10} midleak=${11}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
@@ -36,6 +36,14 @@ got=$(summary <<<"$out")
 if [ "$want" = "$got" ] && grep -q "suppressed: [1-9]" <<<"$got" \
    && grep -qE "at 0x[0-9A-F]+: malloc \(in [^)]*libflatmalloc.so\)" <<<"$out"; then ok "memcheck suppression {fun:malloc, fun:main} matches"
 else bad "memcheck suppression" "glibc:" "$want" "flatmalloc:" "$out"; fi
+
+# leak checks in the middle of the run count as glibc's run does (a cycle, then a tree)
+want=$(gl "$midleak" | grep -E "^(single|cycle|tree):") got=$(fm "$midleak" | grep -E "^(single|cycle|tree):")
+if [ -n "$want" ] && [ "$want" = "$got" ] && grep -q "cycle: leaked [1-9]" <<<"$got"; then ok "memcheck mid-run leak checks as with glibc: ${got//$'\n'/, }"
+else bad "memcheck mid-run leak checks" "glibc:" "$want" "flatmalloc:" "$got"; fi
+got=$(fm "$midleak" registers | grep "^registers:")   # glibc's memcheck leaves one: not compared
+if [ "$got" = "registers: 0 copies" ]; then ok "memcheck: malloc leaves no copy of the block's pointer in a scratch register"
+else bad "memcheck: pointer copies left in registers" "$got"; fi
 
 # ---- memcheck: use after free while the block is held back ------------------------------------
 out=$(fm "$uaf")

@@ -907,24 +907,26 @@ size_t check_usable(void *p) {
 }
 
 /* ---- start-up and exit under Valgrind ---------------------------------------------------- */
-/* memcheck's --freelist-vol: the tool's options are not the program's, but the kernel's copy
- * of the command line is (/proc/thread-self/cmdline; Valgrind fakes /proc/self/cmdline), and
- * VALGRIND_OPTS comes before it. */
-static void parse_vol(const char *arg) {
-  static const char opt[] = "--freelist-vol=";
-  if (strncmp(arg, opt, sizeof opt - 1)) return;
+/* memcheck's --freelist-vol and --track-origins: the tool's options are not the program's, but
+ * the kernel's copy of the command line is (/proc/thread-self/cmdline; Valgrind fakes
+ * /proc/self/cmdline), and VALGRIND_OPTS comes before it. */
+static bool origins;
+static void parse_option(const char *arg) {
+  static const char vol[] = "--freelist-vol=", track[] = "--track-origins=";
+  if (!strncmp(arg, track, sizeof track - 1)) origins = !strncmp(arg + sizeof track - 1, "yes", 3);
+  if (strncmp(arg, vol, sizeof vol - 1)) return;
   size_t v = 0;
-  for (const char *s = arg + sizeof opt - 1; *s >= '0' && *s <= '9'; s++) v = v * 10 + (size_t)(*s - '0');
+  for (const char *s = arg + sizeof vol - 1; *s >= '0' && *s <= '9'; s++) v = v * 10 + (size_t)(*s - '0');
   held.max = v;
 }
 
-static void read_freelist_vol(void) {
+static void read_tool_options(void) {
   extern char **environ;
   held.max = 20000000;   /* memcheck's default */
   for (char **e = environ; e && *e; e++) {
     if (strncmp(*e, "VALGRIND_OPTS=", 14)) continue;
     for (const char *s = *e + 14; *s; s++)
-      if (s[0] == '-' && (s == *e + 14 || s[-1] == ' ')) parse_vol(s);
+      if (s[0] == '-' && (s == *e + 14 || s[-1] == ' ')) parse_option(s);
   }
   static char buf[4096];
   int fd = open("/proc/thread-self/cmdline", O_RDONLY | O_CLOEXEC);
@@ -934,7 +936,7 @@ static void read_freelist_vol(void) {
   if (n <= 0) return;
   buf[n] = 0;
   /* valgrind's own argv[0], its options, then the program: stop at the first non-option */
-  for (char *a = buf + strlen(buf) + 1; a < buf + n && *a == '-'; a += strlen(a) + 1) parse_vol(a);
+  for (char *a = buf + strlen(buf) + 1; a < buf + n && *a == '-'; a += strlen(a) + 1) parse_option(a);
 }
 
 static bool tool_heap_find(void) {
@@ -961,16 +963,19 @@ bool check_setup(void) {
   VALGRIND_HG_DISABLE_CHECKING(&taken, sizeof taken);
   VALGRIND_DRD_IGNORE(&taken, sizeof taken);
   held.on = check_tool == VG_MEMCHECK;
-  if (held.on) read_freelist_vol();
+  if (held.on) read_tool_options();
   return serial;
 }
 
 /* The default pool's ceiling under each tool. memcheck's heap holds a block of 16 GiB but not
- * 32; helgrind shadows mapped memory eagerly (4 GiB of pool cost it 3 GB and 4 s) and drd's
- * suppression of the pool costs it time in proportion (32 GiB: 13 s). */
+ * 32; with --track-origins=yes memcheck notes an origin for every word of the heap block the
+ * pool lives in when it is allocated (about 4 bytes of the tool's memory a byte of pool, and
+ * 40 ms a MiB): 256 MiB cost 1.1 GB and 10 s. helgrind shadows mapped memory eagerly (4 GiB of
+ * pool cost it 3 GB and 4 s) and drd's suppression of the pool costs it time in proportion
+ * (32 GiB: 13 s). FLATMALLOC_POOL overrides each. */
 size_t check_pool_cap(void) {
   switch (check_tool) {
-  case VG_MEMCHECK: return (size_t)16 << 30;
+  case VG_MEMCHECK: return origins ? (size_t)256 << 20 : (size_t)16 << 30;
   case VG_HELGRIND:
   case VG_DRD: return (size_t)512 << 20;
   default: return (size_t)32 << 30;

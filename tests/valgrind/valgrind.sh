@@ -2,9 +2,9 @@
 # Valgrind's tools on flatmalloc's heap, each compared with the same tool on glibc's heap (the
 # tool's own allocator) or checked for the exact report. Runs valgrind itself; every check can
 # fail and none is skipped.
-#   valgrind.sh LIB LEAKS UAF CXX THREADS HEAP CANARY STASH RACE FISHY MIDLEAK
+#   valgrind.sh LIB LEAKS UAF CXX THREADS HEAP CANARY STASH RACE FISHY MIDLEAK ORIGINS
 set -uo pipefail
-lib=$1 leaks=$2 uaf=$3 cxx=$4 threads=$5 heap=$6 canary=$7 stash=$8 race=$9 fishy=${10} midleak=${11}
+lib=$1 leaks=$2 uaf=$3 cxx=$4 threads=$5 heap=$6 canary=$7 stash=$8 race=$9 fishy=${10} midleak=${11} origins=${12}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
@@ -44,6 +44,14 @@ else bad "memcheck mid-run leak checks" "glibc:" "$want" "flatmalloc:" "$got"; f
 got=$(fm "$midleak" registers | grep "^registers:")   # glibc's memcheck leaves one: not compared
 if [ "$got" = "registers: 0 copies" ]; then ok "memcheck: malloc leaves no copy of the block's pointer in a scratch register"
 else bad "memcheck: pointer copies left in registers" "$got"; fi
+
+# --track-origins=yes on a 64-byte program: the origin is the heap block, and memcheck's peak
+# resident memory stays below 3 GB (the pool's default ceiling is lower under origins)
+out=$( { /usr/bin/time -f "maxrss %M" env LD_PRELOAD="$lib" valgrind "${keep[@]}" --track-origins=yes "$origins"; } 2>&1)
+rss=$(sed -n 's/^maxrss \([0-9]*\)$/\1/p' <<<"$out")
+if grep -A2 "Uninitialised value was created by a heap allocation" <<<"$out" | grep -q "main (origins.c:" \
+   && [ -n "$rss" ] && [ "$rss" -lt 3000000 ]; then ok "memcheck --track-origins=yes: heap origin named, peak $((rss / 1024)) MB"
+else bad "memcheck --track-origins=yes (peak ${rss:-?} KB)" "$out"; fi
 
 # ---- memcheck: use after free while the block is held back ------------------------------------
 out=$(fm "$uaf")

@@ -739,7 +739,7 @@ static void *named_malloc(size_t size) {
     vg_scrub(p);
     return (void *)p;
   }
-  if (unlikely(!pool_ready()) && !pool_init()) return boot_alloc(size, 0);
+  if (unlikely(!pool_ready())) return boot_alloc(size, 0);   /* not reached: api.c and cxx.c start the pool first */
   if (forward) return tool_heap.malloc(size);
   void *p = block_new(size, FM_ALIGN, KIND_MALLOC, false);
   if (p && !pool_gone) vg_alloced(p, size, false);

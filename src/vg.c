@@ -216,8 +216,9 @@ static void hold(uint8_t *b, int cls, size_t size) {
 static bool lean_malloc;
 #define LEAN_MAX ((size_t)1 << 62)   /* no overflow adding the header and canary */
 
-/* The block between vg_take_block and vg_give_block, which hold lock() meanwhile. */
-static struct check_block taken;
+/* The block between vg_take_block and vg_give_block: the thread's own (checking mode alone
+ * takes no lock). */
+static _Thread_local struct check_block taken;
 static void queue_push(void *p);
 static uintptr_t native_free(uintptr_t tid, uintptr_t p, uintptr_t unused);
 static uintptr_t native_call(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), uintptr_t a, uintptr_t b);
@@ -643,12 +644,6 @@ static void *named_realloc(void *p, size_t size) {
   struct check_block f;
   if (forward && !boot_owns(p)) return tool_heap.realloc(p, size);
   if (fishy(size)) return tool_heap.realloc(p, size);
-  if (!p) {   /* realloc(NULL, n) is malloc(n), and the tool's stack says realloc */
-    void *q = stash_take(size);
-    if (!q) q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
-    if (q && !pool_gone) vg_alloced(q, size, false);
-    return q;
-  }
   if (!size) {   /* realloc(p, 0) frees p */
     long r = vg_take_block(p, KIND_MALLOC);
     if (r == TAKE_MISMATCH) vg_tool_release(KIND_MALLOC)(p);
@@ -749,7 +744,9 @@ void *vg_malloc_long(size_t size) { return named_malloc(size); }
 void *check_memalign(size_t size, size_t align) { return named_memalign(size, align); }
 void *check_calloc(size_t count, size_t size) { return named_calloc(count, size); }
 void vg_free_long(void *p) { named_free(p); }
-void *vg_realloc_long(void *p, size_t size) { return named_realloc(p, size); }
+/* realloc(NULL, n) leaves by a tail call to malloc, as memcheck's realloc does: the tool's stack
+ * reads malloc, then the program, and suppressions on fun:malloc match. */
+void *vg_realloc_long(void *p, size_t size) { return p ? named_realloc(p, size) : named_malloc(size); }
 
 size_t check_usable(void *p) {
   struct check_block f;
@@ -810,12 +807,9 @@ bool check_setup(void) {
   forward = (vg_running == VG_DHAT || vg_running == VG_HELGRIND) && tool_heap_find();
   tool_heap.on = vg_running == VG_MEMCHECK && tool_heap_find();
   serial = vg_running != VG_NONE;
-  /* The thread checkers do not check the lock's, the short ways' and the block in release's
-   * words (see lock()). */
+  /* The thread checkers do not check the lock's and the short ways' words (see lock()). */
   VALGRIND_HG_DISABLE_CHECKING(&quick, sizeof quick);
   VALGRIND_DRD_IGNORE(&quick, sizeof quick);
-  VALGRIND_HG_DISABLE_CHECKING(&taken, sizeof taken);
-  VALGRIND_DRD_IGNORE(&taken, sizeof taken);
   held.on = vg_running == VG_MEMCHECK;
   if (held.on) read_tool_options();
   return serial;

@@ -1,13 +1,23 @@
 /* memcheck's "fishy" size arguments (a negative number passed as a size) and calloc(0, -1):
- * each call must fail, and memcheck must report each as it does on glibc's heap. */
+ * each call must fail, and memcheck must report each as it does on glibc's heap. With
+ * "realloc-null": realloc(NULL, 40) and reallocarray(NULL, 2, 30), both leaked, whose stacks
+ * must read malloc, then main, as glibc's. */
 #include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static volatile size_t minus1 = SIZE_MAX;   /* volatile: no compile-time warning or folding */
+void *volatile sink;
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "realloc-null")) {
+    sink = realloc(NULL, 40);
+    sink = reallocarray(NULL, 2, 30);
+    sink = NULL;
+    return 0;
+  }
   void *p = malloc(16), *q = NULL;
   int fails = 0;
   fails += malloc(minus1) == NULL;

@@ -38,7 +38,7 @@
 enum vg_tool vg_running;
 static bool serial;                  /* described mode: core calls under lock() */
 static uint8_t *heap_block;          /* memcheck: the heap block the pool lives in */
-static bool native;                  /* memcheck: the bookkeeping runs natively (see below) */
+static bool native;                  /* memcheck, drd: the bookkeeping runs natively (see below) */
 static _Atomic bool pool_gone;       /* memcheck: heap_block released at exit */
 
 /* DHAT: the tool's own allocator, reached through libc's names (which the tool replaces). */
@@ -171,7 +171,7 @@ static void node_free(struct held_node *n) {
   give_back((uint8_t *)n);
 }
 
-/* Called with check_lock held and memcheck looking away, or natively. */
+/* Called with lock() held and memcheck looking away, or natively. */
 static void hold(uint8_t *b, int cls, size_t size) {
   if (!held.on) return give_back(b);
   if (!held.last || held.in == HELD_PER_NODE) {
@@ -312,9 +312,9 @@ vg_release_fn *vg_tool_release(int release) {
   return fn ? fn : (vg_release_fn *)dlsym(RTLD_NEXT, "free");
 }
 
-/* ---- native calls (memcheck) ------------------------------------------------------------ */
-/* Under memcheck the allocator's bookkeeping runs natively: VALGRIND_NON_SIMD_CALL runs a
- * function on the real CPU inside Valgrind, uninstrumented, and memcheck does not see its
+/* ---- native calls (memcheck, drd) ------------------------------------------------------- */
+/* Under memcheck and drd the bookkeeping runs natively: VALGRIND_NON_SIMD_CALL runs a
+ * function on the real CPU inside Valgrind, uninstrumented, and the tool does not see its
  * memory accesses (no look-away windows for headers and links). Such a function gets
  * Valgrind's thread id first and runs while no program thread runs; thread-local storage is
  * Valgrind's there (no thread's cache, no errno, no pthread call: the native calls share one

@@ -1,7 +1,7 @@
 /* memcheck's "fishy" size arguments (a negative number passed as a size) and calloc(0, -1):
  * each call must fail, and memcheck must report each as it does on glibc's heap. With
- * "realloc-null": realloc(NULL, 40) and reallocarray(NULL, 2, 30), both leaked, whose stacks
- * must read malloc, then main, as glibc's. */
+ * "realloc-null": realloc(NULL, 40), reallocarray(NULL, 2, 30) and posix_memalign(64, 50), all
+ * leaked, whose stacks must read as glibc's (malloc, then main; memalign, posix_memalign, main). */
 #include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +15,9 @@ int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "realloc-null")) {
     sink = realloc(NULL, 40);
     sink = reallocarray(NULL, 2, 30);
+    void *q;
+    if (posix_memalign(&q, 64, 50) == 0) sink = q;
+    q = NULL;
     sink = NULL;
     return 0;
   }

@@ -118,10 +118,11 @@ if grep -q "fishy: 6 of 6 failed" <<<"$fout" && [ -n "$want" ] && [ "$want" = "$
   ok "memcheck fishy sizes (malloc, calloc(0, -1), calloc(-1, 1), realloc, memalign, posix_memalign) as with glibc"
 else bad "memcheck fishy sizes (rc $rc)" "glibc:" "$want" "flatmalloc:" "$fout"; fi
 
-# realloc(NULL, n) and reallocarray(NULL, ...) are malloc to the tool, as with glibc
-leak_frames() { grep -A2 "definitely lost in" | grep -E "(at|by) 0x" | sed -E 's/^==[0-9]*==//; s/0x[0-9A-Fa-f]+//g; s/ \((vg_replace_malloc\.c:[0-9]+|in [^)]*)\)$//'; }
+# realloc(NULL, n) and reallocarray(NULL, ...) are malloc to the tool, and posix_memalign calls
+# memalign, as with glibc
+leak_frames() { grep -A3 "definitely lost in" | grep -E "(at|by) 0x" | sed -E 's/^==[0-9]*==//; s/0x[0-9A-Fa-f]+//g; s/ \((vg_replace_malloc\.c:[0-9]+|in [^)]*)\)$//'; }
 want=$(gl --leak-check=full "$fishy" realloc-null | leak_frames) got=$(fm --leak-check=full "$fishy" realloc-null | leak_frames)
-if [ -n "$want" ] && [ "$want" = "$got" ]; then ok "memcheck: realloc(NULL, n) and reallocarray(NULL, ...) start at malloc, as with glibc"
+if [ -n "$want" ] && [ "$want" = "$got" ]; then ok "memcheck: realloc(NULL, n), reallocarray(NULL, ...) start at malloc, posix_memalign at memalign, as with glibc"
 else bad "memcheck realloc(NULL)" "glibc:" "$want" "flatmalloc:" "$got"; fi
 
 # ---- memcheck: threads, while another thread holds the allocator's locks ---------------------

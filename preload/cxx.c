@@ -66,7 +66,7 @@ static cold noinline void *cxx_fail(size_t n, size_t align, enum check_kind kind
     p = boot_alloc(n, align);                                                                  \
   } else if (!fm_pool.checked) {                                                               \
     p = cxx_plain(n, align);                                                                   \
-  } else if ((p = vg_new_block(n, align, kind))) {                                          \
+  } else if ((p = vg_new_block(n, align, kind))) {                                             \
     vg_alloced(p, n, false);                                                                   \
   }                                                                                            \
   return likely(p != NULL) ? p : cxx_fail(n, align, kind, nothrow)
@@ -75,14 +75,14 @@ static cold noinline void *cxx_fail(size_t n, size_t align, enum check_kind kind
 #define DELETE_BODY(p, kind)                                                                   \
   if (unlikely(fm_pool.checked)) {                                                             \
     long r;                                                                                    \
-    if (!(p) || (r = vg_take_block((p), (int)(kind))) == TAKE_NONE) return;                \
-    if (r == TAKE_MISMATCH) return vg_tool_release((int)(kind))(p);                        \
-    if (r == TAKE_BAD) { /* the tool reports the bad pointer */                               \
+    if (!(p) || (r = vg_take_block((p), (int)(kind))) == TAKE_NONE) return;                    \
+    if (r == TAKE_MISMATCH) return vg_tool_release((int)(kind))(p);                            \
+    if (r == TAKE_BAD) { /* the tool reports the bad pointer */                                \
       vg_freed((p), 0);                                                                        \
       return;                                                                                  \
     }                                                                                          \
     vg_freed((p), (size_t)r);                                                                  \
-    vg_give_block();                                                                        \
+    vg_give_block();                                                                           \
     return;                                                                                    \
   }                                                                                            \
   fm_free(p)

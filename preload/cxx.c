@@ -42,7 +42,7 @@ static cold noinline void *cxx_fail(size_t n, size_t align, enum check_kind kind
     void *p;
     if (!fm_pool.checked) {
       p = cxx_plain(n, align);
-    } else if ((p = check_new_block(n, align, kind))) {
+    } else if ((p = vg_new_block(n, align, kind))) {
       vg_alloced(p, n, false);
     }
     if (p) return p;
@@ -66,7 +66,7 @@ static cold noinline void *cxx_fail(size_t n, size_t align, enum check_kind kind
     p = boot_alloc(n, align);                                                                  \
   } else if (!fm_pool.checked) {                                                               \
     p = cxx_plain(n, align);                                                                   \
-  } else if ((p = check_new_block(n, align, kind))) {                                          \
+  } else if ((p = vg_new_block(n, align, kind))) {                                             \
     vg_alloced(p, n, false);                                                                   \
   }                                                                                            \
   return likely(p != NULL) ? p : cxx_fail(n, align, kind, nothrow)
@@ -74,15 +74,15 @@ static cold noinline void *cxx_fail(size_t n, size_t align, enum check_kind kind
 /* ---- release ----------------------------------------------------------------------------- */
 #define DELETE_BODY(p, kind)                                                                   \
   if (unlikely(fm_pool.checked)) {                                                             \
-    struct check_block f;                                                                      \
-    int r;                                                                                     \
-    if (!(p) || (r = check_take_block((p), (int)(kind), &f)) < 0) return;                      \
-    if (r == 0) { /* the tool reports the bad pointer */                                       \
+    long r;                                                                                    \
+    if (!(p) || (r = vg_take_block((p), (int)(kind))) == TAKE_NONE) return;                    \
+    if (r == TAKE_MISMATCH) return vg_tool_release((int)(kind))(p);                            \
+    if (r == TAKE_BAD) { /* the tool reports the bad pointer */                                \
       vg_freed((p), 0);                                                                        \
       return;                                                                                  \
     }                                                                                          \
-    vg_freed((p), f.size);                                                                     \
-    check_give_block(&f);                                                                      \
+    vg_freed((p), (size_t)r);                                                                  \
+    vg_give_block();                                                                           \
     return;                                                                                    \
   }                                                                                            \
   fm_free(p)

@@ -54,11 +54,11 @@ size_t flatmalloc_malloc_usable_size(void *p) {
 
 void *flatmalloc_calloc(size_t count, size_t size) {
   size_t n;
+  if (fm_pool.checked) return check_calloc(count, size);   /* memcheck reports fishy arguments */
   if (__builtin_mul_overflow(count, size, &n)) {
     errno = ENOMEM;
     return NULL;
   }
-  if (fm_pool.checked) return check_calloc(n);
   if (heap_on && pool_ready()) return heap_calloc(n);
   if (n > fm_pool.small_max && pool_ready()) {
     void *p = large_calloc(n);

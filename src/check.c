@@ -1,5 +1,6 @@
-/* Checking mode (FLATMALLOC_CHECK=1) and described mode (any Valgrind tool) share one block
- * layout:
+/* Checking mode (FLATMALLOC_CHECK=1): the header before each block and the canary after it,
+ * and their validation. Described mode (vg.c, under any Valgrind tool) lays its blocks out the
+ * same way and calls these; nothing here calls up into vg.c. The layout:
  *
  *     b                    h = user - 16     user                  user + size        end
  *     | allocator links    | check header    | the program's bytes | canary ......... |
@@ -10,90 +11,14 @@
  * (allocated or freed), so a stray or interior pointer, a second free and a damaged canary
  * are all told apart; the kind (malloc, memalign, new, new[]) catches a release through the
  * wrong function. The canary bytes are keyed with the per-process random key and never 0.
- * In checking mode a fault aborts with one line; under Valgrind each block is described to
- * the tool with client requests and the tool reports the fault itself.
- *
- * Described mode, tool by tool:
- * - memcheck: the pool is one block of memcheck's own heap (check_pool_map), because memcheck's
- *   leak search scans every mapping of the program as a root except its own heap: blocks in an
- *   mmap'ed pool would keep each other reachable. Freed blocks are held back (the quarantine)
- *   for memcheck's --freelist-vol bytes, as memcheck's own malloc holds them.
- * - helgrind, drd: the pool and the pool's bookkeeping are untracked; a block is fresh, tracked
- *   memory from malloc to free. Calls into the core are serialised by one mutex, which the
- *   tools see, so a block handed from one thread to another is ordered by it.
- * - massif and the rest: malloc-like and free-like blocks.
- * - DHAT (3.19) ignores malloc-like blocks: every call is handed to the allocator DHAT put in
- *   libc's place, by tail calls, so DHAT's stacks still start at the program's call.
- * Each request is issued from a function whose symbol is the API's name (malloc, free, ...),
- * reached from the exported function by tail calls, so the tool's stack starts at the
- * program's call and suppressions on fun:malloc match. */
-#include <dlfcn.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
+ * In checking mode a fault aborts with one line; under Valgrind the tool reports it. */
 #include "fmt.h"
-#include "internal.h"
-#include "os.h"
-
-#include "vg.h"
+#include "check.h"
 
 #define CANARY_MAX 64u
 
-struct check_hdr {
-  uint64_t size;
-  uint32_t magic;
-  uint32_t off16 : 24;   /* (h - b) / 16 */
-  uint32_t kind : 8;     /* enum check_kind */
-};
-
-enum vg_tool check_tool;
-static pthread_mutex_t check_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool serial;                  /* described mode: core calls under check_lock */
-static uint8_t *heap_block;          /* memcheck: the heap block the pool lives in */
-static bool native;                  /* memcheck: the bookkeeping runs natively (see below) */
-static _Atomic bool pool_gone;       /* memcheck: heap_block released at exit */
-
-/* DHAT: the tool's own allocator, reached through libc's names (which the tool replaces). */
-static struct {
-  void *(*malloc)(size_t);
-  void *(*calloc)(size_t, size_t);
-  void *(*realloc)(void *, size_t);
-  void *(*memalign)(size_t, size_t);
-  void (*free)(void *);
-  size_t (*usable)(void *);
-} tool_heap;
-static bool forward;
-
-/* helgrind and drd must see a pthread mutex; under memcheck (which runs one thread at a time
- * anyway) a flag is a tenth of the instructions, and instructions are memcheck's cost. */
-static bool thread_tool;
-static void lock(void) {
-  if (!serial) return;
-  if (thread_tool) pthread_mutex_lock(&check_lock);
-  else
-    while (atomic_flag_test_and_set_explicit(&quick.flag, memory_order_acquire)) sched_yield();
-}
-static void unlock(void) {
-  if (!serial) return;
-  if (thread_tool) pthread_mutex_unlock(&check_lock);
-  else atomic_flag_clear_explicit(&quick.flag, memory_order_release);
-}
-
-struct check_quick quick = {.flag = ATOMIC_FLAG_INIT,
-                             .malloc_req = {VG_USERREQ__MALLOCLIKE_BLOCK},
-                             .free_req = {VG_USERREQ__FREELIKE_BLOCK},
-                             .resize_req = {VG_USERREQ__RESIZEINPLACE_BLOCK},
-                             .call_req = {VG_USERREQ__CLIENT_CALL2},
-                             .queue_off = 1};
-
 /* ---- layout helpers ---------------------------------------------------------------------- */
-static uint32_t magic(const struct check_hdr *h, bool live) {
+uint32_t check_magic(const struct check_hdr *h, bool live) {
   uint32_t m = (uint32_t)(fm_pool.key >> 32) ^ (uint32_t)((uintptr_t)h >> 4) ^ 0xa110c8edu;
   return live ? m : ~m;
 }
@@ -111,7 +36,7 @@ static uint8_t canary_byte(uint64_t seed, size_t i) {
 }
 
 /* End of the underlying block b. */
-static uint8_t *block_end(uint8_t *b, int cls) {
+uint8_t *check_block_end(uint8_t *b, int cls) {
   return b + (cls >= 0 ? fm_pool.cls[cls].size : large_usable(b));
 }
 
@@ -123,81 +48,34 @@ static size_t canary_len(uint8_t *user, size_t size, uint8_t *end) {
   return room < CANARY_MAX ? room : CANARY_MAX;
 }
 
-static void canary_fill(uint8_t *user, size_t size, uint8_t *end) {
+void check_canary_fill(uint8_t *user, size_t size, uint8_t *end) {
   uint64_t seed = canary_seed(user);
   size_t n = canary_len(user, size, end);
   for (size_t i = 0; i < n; i++) user[size + i] = canary_byte(seed, i);
 }
 
-/* ---- allocation -------------------------------------------------------------------------- */
-static size_t block_lead(size_t align) { return align > FM_ALIGN ? align + FM_ALIGN : 2 * FM_ALIGN; }
+/* ---- a block's header ------------------------------------------------------------------- */
+size_t check_block_lead(size_t align) { return align > FM_ALIGN ? align + FM_ALIGN : 2 * FM_ALIGN; }
 
 /* Writes the header of a block of size bytes aligned to align inside underlying block b;
  * returns the program's pointer. */
-static uint8_t *block_head(uint8_t *b, size_t size, size_t align, enum check_kind kind) {
+uint8_t *check_head(uint8_t *b, size_t size, size_t align, enum check_kind kind) {
   uint8_t *user = (uint8_t *)(((uintptr_t)b + 2 * FM_ALIGN + align - 1) & ~(uintptr_t)(align - 1));
   if (align <= FM_ALIGN) user = b + 2 * FM_ALIGN;
   struct check_hdr *h = (struct check_hdr *)(user - FM_ALIGN);
-  *h = (struct check_hdr){size, magic(h, true), (uint32_t)(((uint8_t *)h - b) / FM_ALIGN), kind};
+  *h = (struct check_hdr){size, check_magic(h, true), (uint32_t)(((uint8_t *)h - b) / FM_ALIGN), kind};
   return user;
-}
-
-static void *native_block(size_t size, size_t align, enum check_kind kind, bool zero);
-
-/* A block of size bytes aligned to align, with its header and canary, zeroed with zero; not
- * yet described. */
-static void *block_new(size_t size, size_t align, enum check_kind kind, bool zero) {
-  if (align < FM_ALIGN) align = FM_ALIGN;
-  size_t total;
-  if (__builtin_add_overflow(size, block_lead(align) + CANARY_MIN, &total)) {
-    errno = ENOMEM;
-    return NULL;
-  }
-  if (pool_gone) {
-    uint8_t *p = boot_alloc(size, align);
-    return p && zero ? memset(p, 0, size) : p;
-  }
-  if (native) return native_block(size, align, kind, zero);
-  lock();
-  VALGRIND_DISABLE_ERROR_REPORTING;
-  uint8_t *b = block_alloc(total);
-  uint8_t *user = NULL;
-  if (b) {
-    user = block_head(b, size, align, kind);
-    if (zero) memset(user, 0, size);
-    /* Under memcheck a block's bytes are all no-access whenever it is handed out (the pool
-     * starts so and a release leaves it so); only pages the strict-overcommit mode makes
-     * accessible later need telling. */
-    if (fm_pool.opt.check || fm_pool.lazy_commit) {
-      uint8_t *end = block_end(b, class_at(b));
-      canary_fill(user, size, end);
-      VALGRIND_MAKE_MEM_NOACCESS(b, (size_t)(user - b));
-      VALGRIND_MAKE_MEM_NOACCESS(user + size, (size_t)(end - user - size));
-    }
-    profile_alloc(size);
-  }
-  VALGRIND_ENABLE_ERROR_REPORTING;
-  unlock();
-  return user;
-}
-
-void *check_new_block(size_t size, size_t align, enum check_kind kind) {
-  if (forward) return align > FM_ALIGN ? tool_heap.memalign(align, size) : tool_heap.malloc(size);
-  return block_new(size, align, kind, false);
 }
 
 /* ---- validation -------------------------------------------------------------------------- */
-enum verdict { V_OK, V_FREED, V_FOREIGN, V_INTERIOR, V_MISALIGNED, V_OVERRUN };
-
-
-static enum verdict check_find(void *p, struct check_block *f) {
+enum check_verdict check_find(void *p, struct check_block *f) {
   f->cls = class_at(p);
   if (f->cls < 0 && (uintptr_t)p - fm_pool.heap_base >= fm_pool.heap_size) return V_FOREIGN;
   if ((uintptr_t)p & (FM_ALIGN - 1)) return V_MISALIGNED;
   struct check_hdr *h = (struct check_hdr *)((uint8_t *)p - FM_ALIGN);
   f->h = h;
-  bool live = h->magic == magic(h, true);
-  if (!live && h->magic == magic(h, false)) return V_FREED;
+  bool live = h->magic == check_magic(h, true);
+  if (!live && h->magic == check_magic(h, false)) return V_FREED;
   if (!live && f->cls >= 0) return V_INTERIOR;
   if (!live) {   /* its span or run may be gone, and its pages with it */
     enum fault_kind k = large_fault(p);
@@ -212,7 +90,7 @@ static enum verdict check_find(void *p, struct check_block *f) {
   }
   f->size = h->size;
   f->kind = (enum check_kind)h->kind;
-  uint8_t *user = p, *end = block_end(f->b, f->cls);
+  uint8_t *user = p, *end = check_block_end(f->b, f->cls);
   if (h->size > (size_t)(end - user)) return V_INTERIOR;
   uint64_t seed = canary_seed(user);
   size_t n = canary_len(user, h->size, end);
@@ -228,7 +106,6 @@ static const char *const verdict_text[] = {
   [V_MISALIGNED] = "free of a misaligned pointer",
   [V_OVERRUN] = "write past the end of a block",
 };
-/* The same faults for a call that names itself (fault_bad: "realloc of a freed block"). */
 static const enum fault_kind verdict_kind[] = {
   [V_FREED] = FAULT_FREED, [V_FOREIGN] = FAULT_FOREIGN, [V_INTERIOR] = FAULT_INTERIOR, [V_MISALIGNED] = FAULT_MISALIGNED};
 
@@ -237,11 +114,11 @@ static const char *const released_by[] = {[KIND_MALLOC] = "free", [KIND_NEW] = "
 static const char *const allocated_by[] = {
   [KIND_MALLOC] = "malloc", [KIND_ALIGNED] = "memalign", [KIND_NEW] = "new", [KIND_NEW_ARRAY] = "new[]"};
 
-static bool kind_fits(enum check_kind have, enum check_kind release) {
+bool check_kind_fits(enum check_kind have, enum check_kind release) {
   return have == release || (have == KIND_ALIGNED && release == KIND_MALLOC);
 }
 
-static void mismatch(void *p, struct check_block *f, enum check_kind release, bool realloc_call) {
+void check_mismatch(void *p, struct check_block *f, enum check_kind release, bool realloc_call) {
   char what[64];
   struct fmt m = {what, sizeof what, 0};
   fmt_str(&m, realloc_call ? "realloc" : released_by[release]);
@@ -254,12 +131,12 @@ static void mismatch(void *p, struct check_block *f, enum check_kind release, bo
 
 /* Validates p for a release through the family of kind (realloc names itself). Returns true
  * when p may be released; under Valgrind alone a bad pointer is left for the tool to report. */
-static bool check_take(void *p, struct check_block *f, int release, bool realloc_call) {
+bool check_take(void *p, struct check_block *f, int release, bool realloc_call) {
   VALGRIND_DISABLE_ERROR_REPORTING;
-  enum verdict v = check_find(p, f);
+  enum check_verdict v = check_find(p, f);
   VALGRIND_ENABLE_ERROR_REPORTING;
   if (v == V_OK) {
-    if (release >= 0 && !kind_fits(f->kind, (enum check_kind)release)) mismatch(p, f, (enum check_kind)release, realloc_call);
+    if (release >= 0 && !check_kind_fits(f->kind, (enum check_kind)release)) check_mismatch(p, f, (enum check_kind)release, realloc_call);
     return true;
   }
   if (fm_pool.opt.check) {
@@ -269,734 +146,14 @@ static bool check_take(void *p, struct check_block *f, int release, bool realloc
   return false;
 }
 
-/* ---- quarantine (memcheck) --------------------------------------------------------------- */
-/* Freed blocks wait in a FIFO until --freelist-vol bytes (by requested size, as memcheck
- * counts) were freed after them, so memcheck still knows them as freed blocks when the program
- * touches them. The FIFO is a list of nodes, each a block of the pool (never described to a
- * tool) of HELD_PER_NODE entries: a block leaving it is found by reading the entries in order,
- * not by following links through held blocks, which are long out of the caches by then. */
-#define HELD_NODE_BYTES 8192u
-#define HELD_PER_NODE ((HELD_NODE_BYTES - 16) / 16)
-struct held_node {
-  struct held_node *next;
-  uintptr_t unused;
-  uintptr_t e[HELD_PER_NODE][2];   /* the block, its requested size */
-};
-static struct {
-  struct held_node *first, *last;   /* entries out.. of first are the oldest, ..in of last the newest */
-  unsigned out, in;
-  size_t volume, max;
-  _Atomic size_t bytes;   /* the held blocks' and the nodes' own sizes, which mallinfo counts as
-                             free (one writer at a time: no read-modify-write) */
-  bool on;
-} held;
-
-/* What the statistics count for the block: its class size, or a large block's bytes. */
-static size_t block_bytes(uint8_t *b, int cls) {
-  return cls >= 0 ? fm_pool.cls[cls].size : large_usable(b);
-}
-
-size_t check_held_bytes(void) { return atomic_load_explicit(&held.bytes, memory_order_relaxed); }
-
-static void held_add(size_t n) {
-  atomic_store_explicit(&held.bytes, atomic_load_explicit(&held.bytes, memory_order_relaxed) + n, memory_order_relaxed);
-}
-
-static void give_back(uint8_t *b) {
-  if (pool_gone) return;
-  if (!fm_pool.native) block_free(b);
-  else (void)block_free_direct(b);   /* native code cannot report a damaged block: it stays out */
-}
-
-static struct held_node *node_new(void) {
-  struct held_node *n = fm_pool.native ? block_alloc_direct(sizeof *n) : block_alloc(sizeof *n);
-  if (!n) return NULL;
-  n->next = NULL;
-  held_add(block_bytes((uint8_t *)n, class_at(n)));
-  return n;
-}
-
-static void node_free(struct held_node *n) {
-  held_add(-block_bytes((uint8_t *)n, class_at(n)));
-  give_back((uint8_t *)n);
-}
-
-/* Called with check_lock held and memcheck looking away, or natively. */
-static void hold(uint8_t *b, int cls, size_t size) {
-  if (!held.on) return give_back(b);
-  if (!held.last || held.in == HELD_PER_NODE) {
-    struct held_node *n = node_new();
-    if (!n) return give_back(b);   /* no room to note it: released at once */
-    if (held.last) held.last->next = n;
-    else held.first = n;
-    held.last = n;
-    held.in = 0;
-  }
-  held.last->e[held.in][0] = (uintptr_t)b;
-  held.last->e[held.in++][1] = size;
-  held.volume += size;
-  held_add(block_bytes(b, cls));
-  while (held.volume > held.max) {
-    struct held_node *n = held.first;
-    uint8_t *o = (uint8_t *)n->e[held.out][0];
-    held.volume -= n->e[held.out++][1];
-    held_add(-block_bytes(o, class_at(o)));
-    give_back(o);
-    if (n == held.last && held.out == held.in) {
-      held.out = held.in = 0;   /* empty: the node stays */
-    } else if (held.out == HELD_PER_NODE) {
-      held.first = n->next;
-      held.out = 0;
-      node_free(n);
-    }
-  }
-}
-
-/* ---- deferred releases (memcheck, native) ----------------------------------------------- */
-/* free tells memcheck at once (FREELIKE: from then on the block is no-access to the program and
- * memcheck reports a second free) but queues the pointer; one native call hands the queue to
- * the quarantine (validate, mark freed, hold) every QUEUE_LEN frees, and before malloc_trim,
- * mallinfo and an allocation that failed. A queued block is still LIVE to the allocator, so it
- * is reused no earlier than before. Only releases that cannot be mismatched are queued: free
- * and realloc(p, 0) while no new or new[] block is live (quick.queue_off), since a mismatch must be
- * reported with the stack of the bad call, and the kind is in the header, which only native
- * code reads cheaply. Appends take quick.flag; the queue changes only under it. */
-/* The shortest way through malloc under memcheck (native calls, pool present, no profile):
- * every load and call costs there. */
-static bool lean_malloc;
-#define LEAN_MAX ((size_t)1 << 62)   /* no overflow adding the header and canary */
-
-/* Validates p for a release through the family of release (-1: any). Returns 1 with
- * check_lock held and memcheck looking away (under native calls: nothing held, nothing
- * validated yet; check_give_block does both, or queues p), for check_give_block (the caller
- * describes the release between the two, so that no other thread can reuse the block first);
- * 0 for a bad pointer the tool should report; -1 when there is nothing to do (bootstrap
- * block, DHAT). */
-int check_take_block(void *p, int release, struct check_block *f) {
-  if (boot_owns(p)) return -1;
-  if (forward) {
-    tool_heap.free(p);
-    return -1;
-  }
-  f->native = native && !pool_gone;
-  if (f->native) {   /* check_give_block validates it: memcheck reports a bad pointer when told */
-    f->b = p;
-    f->size = 0;
-    f->cls = release;
-    return 1;
-  }
-  lock();
-  VALGRIND_DISABLE_ERROR_REPORTING;
-  enum verdict v = check_find(p, f);
-  if (v == V_OK) {
-    if (release >= 0 && !kind_fits(f->kind, (enum check_kind)release)) mismatch(p, f, (enum check_kind)release, false);
-    return 1;
-  }
-  VALGRIND_ENABLE_ERROR_REPORTING;
-  unlock();
-  if (fm_pool.opt.check) fault_stop(verdict_text[v], p, v == V_FOREIGN ? -1 : f->cls);
-  return 0;
-}
-
-static void native_give(struct check_block *f);
-
-void check_give_block(struct check_block *f) {
-  if (f->native) return native_give(f);
-  f->h->magic = magic(f->h, false);
-  profile_free(f->size);
-  hold(f->b, f->cls, f->size);
-  VALGRIND_ENABLE_ERROR_REPORTING;
-  unlock();
-}
-
-/* ---- native calls (memcheck) ------------------------------------------------------------ */
-/* Under memcheck the allocator's bookkeeping runs natively: VALGRIND_NON_SIMD_CALL runs a
- * function on the real CPU inside Valgrind, uninstrumented, and memcheck does not see its
- * memory accesses (no look-away windows for headers and links). Such a function gets
- * Valgrind's thread id first and runs while no program thread runs; thread-local storage is
- * Valgrind's there (no thread's cache, no errno, no pthread call: the native calls share one
- * cache of their own, tcache_alloc_direct), a client request or a stop would be Valgrind's
- * too. So a native call validates and returns a code, and the program's side (the functions
- * named malloc, free, ...) issues the requests and reports. The classes' and the heap's locks
- * are skipped inside (fm_lock); a call made while a program thread holds or waits for one
- * (statistics, malloc_trim, validators) returns NATIVE_BUSY and is retried after a yield.
- * Free blocks' pages are not given back to the system inside (no system calls). */
-#define NATIVE_ZERO 4u
-
-static bool native_enter(void) {
-  if (atomic_load_explicit(&fm_pool.lockers, memory_order_relaxed)) return false;
-  fm_pool.native = true;
-  return true;
-}
-
-static uintptr_t native_leave(uintptr_t r) {
-  fm_pool.native = false;
-  return r;
-}
-
-/* Release codes: the verdict (bits 0-3), the block's kind (4-5), NATIVE_IN_PLACE, its size
- * from bit 8. */
-static uintptr_t native_code(enum verdict v, const struct check_block *f) {
-  return v != V_OK ? v : (uintptr_t)f->kind << 4 | (uintptr_t)f->size << 8;
-}
-
-/* how: the alignment (16 or more), the kind in bits 0-1, NATIVE_ZERO. */
-static uintptr_t native_new(uintptr_t tid, uintptr_t size, uintptr_t how) {
-  (void)tid;
-  if (!native_enter()) return NATIVE_BUSY;
-  size_t align = how & ~(uintptr_t)15;
-  if (size > LEAN_MAX) return native_leave(0);   /* the total below would overflow */
-  uint8_t *b = block_alloc_direct(size + block_lead(align) + CANARY_MIN), *user = NULL;
-  if (b) {
-    user = block_head(b, size, align, (enum check_kind)(how & 3));
-    if (how & NATIVE_ZERO) memset(user, 0, size);
-  }
-  return native_leave((uintptr_t)user);
-}
-
-/* ---- the stash (memcheck, native) ------------------------------------------------------- */
-/* malloc of a small block takes it from a stash per class, which one native call fills with
- * up to STASH_LEN blocks, and notes the size it asked for beside the taken slot; a later native
- * call writes the taken blocks' headers. Every native call that reads a header (releases,
- * realloc, malloc_usable_size) writes the waiting ones first. So malloc costs one request,
- * MALLOCLIKE, as glibc's malloc under memcheck costs one call into memcheck. A stashed block is
- * LIVE to the allocator and its header still its last life's (freed, or none): a stray free of
- * it is not taken. The stash changes only under quick.flag, and the native calls that use it
- * are made with the flag held. Before mallinfo, malloc_trim and after a failed allocation the
- * stash goes back to the classes (check_release_queued). memcheck's leak search reads this
- * library's data as a root: the stash keeps its pointers inverted, and malloc clears the
- * request's copy, so that a leaked block never looks reachable from here. */
-#define STASH_BYTES ((size_t)64 << 10)   /* most bytes one fill takes */
-#define STASH_CLASS_MAX 8192u            /* largest class stashed: eight blocks a fill */
-
-static uint64_t stash_filled;   /* classes whose stash has blocks or taken slots (native calls only) */
-_Static_assert(FM_CLASS_MAX <= 64, "one bit a class in stash_filled");
-
-static void pending_write(void) {
-  for (uint64_t m = stash_filled; m; m &= m - 1) {
-    unsigned c = (unsigned)__builtin_ctzll(m);
-    for (unsigned i = quick.nstash[c]; i < quick.nfilled[c]; i++)
-      block_head((uint8_t *)~quick.stash[c][i] - 2 * FM_ALIGN, quick.asked[c][i], FM_ALIGN, KIND_MALLOC);
-    quick.nfilled[c] = quick.nstash[c];
-    if (!quick.nstash[c]) stash_filled &= ~(1ull << c);
-  }
-}
-
-static uintptr_t native_pending(uintptr_t tid, uintptr_t unused1, uintptr_t unused2) {
-  (void)tid, (void)unused1, (void)unused2;
-  if (!native_enter()) return NATIVE_BUSY;
-  pending_write();
-  return native_leave(0);
-}
-
-/* Fills class c's empty stash with blocks of size bytes; returns the count << 4 (never BUSY). */
-uintptr_t check_native_fill(uintptr_t tid, uintptr_t c, uintptr_t size) {
-  (void)tid;
-  if (!native_enter()) return NATIVE_BUSY;
-  pending_write();
-  unsigned want = (unsigned)(STASH_BYTES / fm_pool.cls[c].size), n = 0;
-  if (want > STASH_LEN) want = STASH_LEN;
-  while (n < want) {
-    uint8_t *b = block_alloc_direct(size);
-    if (!b) break;
-    quick.stash[c][n++] = ~((uintptr_t)b + 2 * FM_ALIGN);
-  }
-  quick.nstash[c] = quick.nfilled[c] = (uint8_t)n;
-  if (n) stash_filled |= 1ull << c;
-  return native_leave((uintptr_t)n << 4);
-}
-
-/* Gives every stashed block back (they are LIVE, their headers are stale: no validation). */
-static uintptr_t native_unstash(uintptr_t tid, uintptr_t unused1, uintptr_t unused2) {
-  (void)tid, (void)unused1, (void)unused2;
-  if (!native_enter()) return NATIVE_BUSY;
-  pending_write();
-  for (unsigned c = 0; c < fm_pool.nclass; c++) {
-    for (unsigned i = 0; i < quick.nstash[c]; i++) give_back((uint8_t *)~quick.stash[c][i] - 2 * FM_ALIGN);
-    quick.nstash[c] = quick.nfilled[c] = 0;
-  }
-  stash_filled = 0;
-  return native_leave(0);
-}
-
-static uintptr_t native_release(uintptr_t p) {
-  struct check_block f;
-  enum verdict v = check_find((void *)p, &f);
-  if (v == V_OK) {
-    f.h->magic = magic(f.h, false);
-    hold(f.b, f.cls, f.size);
-  }
-  return native_code(v, &f);
-}
-
-/* free: validates p and holds it back. */
-static uintptr_t native_free(uintptr_t tid, uintptr_t p, uintptr_t unused) {
-  (void)tid, (void)unused;
-  if (!native_enter()) return NATIVE_BUSY;
-  pending_write();
-  return native_leave(native_release(p));
-}
-
-/* The queued releases, in the order of the frees; each entry becomes its release code. */
-static uintptr_t native_flush(uintptr_t tid, uintptr_t unused1, uintptr_t unused2) {
-  (void)tid, (void)unused1, (void)unused2;
-  if (!native_enter()) return NATIVE_BUSY;
-  pending_write();
-  for (unsigned i = 0; i < quick.nqueue; i++) quick.queue[i] = native_release(quick.queue[i]);
-  return native_leave(0);
-}
-
-static bool queued(uintptr_t p) {
-  for (unsigned i = 0; i < quick.nqueue; i++)
-    if (quick.queue[i] == p) return true;
-  return false;
-}
-
-/* realloc: validates p; shrinks it in place when the new size leaves room for the canary. */
-uintptr_t check_native_resize(uintptr_t tid, uintptr_t p, uintptr_t size) {
-  (void)tid;
-  if (!native_enter()) return NATIVE_BUSY;
-  pending_write();
-  struct check_block f;
-  enum verdict v = queued(p) ? V_FREED : check_find((void *)p, &f);
-  uintptr_t r = native_code(v, &f);
-  if (v == V_OK && size <= f.size && size + CANARY_MIN <= (size_t)(block_end(f.b, f.cls) - (uint8_t *)p)) {
-    f.h->size = size;
-    f.h->kind = KIND_MALLOC;
-    r |= NATIVE_IN_PLACE;
-  }
-  return native_leave(r);
-}
-
-static uintptr_t native_call(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), uintptr_t a, uintptr_t b) {
-  uintptr_t r;
-  while ((r = VALGRIND_NON_SIMD_CALL2(fn, a, b)) == NATIVE_BUSY) sched_yield();
-  return r;
-}
-
-/* Hands the queued releases to the quarantine (caller holds quick.flag). */
-void check_flush_locked(void) {
-  if (!quick.nqueue) return;
-  if (pool_gone) {   /* the pool may be unmapped: the blocks are only described from here on */
-    quick.nqueue = 0;
-    return;
-  }
-  native_call(native_flush, 0, 0);
-  for (unsigned i = 0; i < quick.nqueue; i++)
-    if ((quick.queue[i] & 15) == V_OK) profile_free(quick.queue[i] >> 8);
-  quick.nqueue = 0;
-}
-
-void check_flush_unlock(void) {
-  check_flush_locked();
-  unlock();
-}
-
-/* The queued releases and the stash go back to the allocator (mallinfo, malloc_trim, a failed
- * allocation). */
-void check_release_queued(void) {
-  if (!native) return;
-  lock();
-  check_flush_locked();
-  if (!pool_gone) native_call(native_unstash, 0, 0);
-  unlock();
-}
-
-/* The pending headers, before the program's side reads one (malloc_usable_size). */
-static void pending_flush(void) {
-  if (!native || pool_gone) return;
-  lock();
-  native_call(native_pending, 0, 0);
-  unlock();
-}
-
-/* A block for malloc(size) from the stash, for realloc (check_short.c's malloc takes its own);
- * NULL when size is not stashed or none is left. */
-static void *stash_take(size_t size) {
-  if (size >= quick.stash_lim) return NULL;
-  unsigned c = check_stash_class(size);
-  lock();
-  unsigned n = quick.nstash[c];
-  if (!n) n = (unsigned)(native_call(check_native_fill, c, size + LEAN_LEAD) >> 4);
-  uintptr_t p = n ? check_stash_pop(c, n, size) : 0;
-  unlock();
-  return (void *)p;
-}
-
-/* Only under memcheck, whose lock() is quick.flag: taken here directly. */
-static void queue_push(void *p) {
-  while (atomic_flag_test_and_set_explicit(&quick.flag, memory_order_acquire)) sched_yield();
-  check_queue_add((uintptr_t)p);
-  if (quick.nqueue == QUEUE_LEN) check_flush_locked();
-  atomic_flag_clear_explicit(&quick.flag, memory_order_release);
-}
-
-static void *native_block(size_t size, size_t align, enum check_kind kind, bool zero) {
-  uintptr_t how = align | kind | (zero ? NATIVE_ZERO : 0);
-  void *p = (void *)native_call(native_new, size, how);
-  if (!p) {   /* the queued and the stashed blocks may make room */
-    check_release_queued();
-    p = (void *)native_call(native_new, size, how);
-  }
-  if (!p) {
-    errno = ENOMEM;
-    return NULL;
-  }
-  if (kind >= KIND_NEW) quick.queue_off++;
-  profile_alloc(size);
-  return p;
-}
-
-static void cxx_gone(uintptr_t r) {
-  if ((r & 15) == V_OK && (enum check_kind)(r >> 4 & 3) >= KIND_NEW) quick.queue_off--;
-}
-
-/* The release code r of p: false for a bad pointer (memcheck reported it when told); a release
- * through the wrong family is reported here. */
-static bool native_taken(void *p, uintptr_t r, int release, bool realloc_call) {
-  if ((r & 15) != V_OK) return false;
-  struct check_block f = {.cls = -1, .size = r >> 8, .kind = (enum check_kind)(r >> 4 & 3)};
-  if (release >= 0 && !kind_fits(f.kind, (enum check_kind)release)) mismatch(p, &f, (enum check_kind)release, realloc_call);
-  return true;
-}
-
-static void native_give(struct check_block *f) {
-  if (f->cls == KIND_MALLOC && !quick.queue_off) return queue_push(f->b);   /* see "deferred releases" */
-  lock();   /* the pending headers (see "the stash") */
-  uintptr_t r = native_call(native_free, (uintptr_t)f->b, 0);
-  unlock();
-  if (native_taken(f->b, r, f->cls, false)) profile_free(r >> 8);
-  cxx_gone(r);
-}
-
-/* ---- the API's functions, under the API's names ------------------------------------------- */
-/* Local symbols named malloc, free, ...: each issues its requests from its own body and is
- * reached by tail calls from the exported function, so a tool's stack reads malloc, main. */
-#define NAMED(fn) __asm__(fn) noinline __attribute__((used))
-static void *named_malloc(size_t size) NAMED("malloc");
-static void *named_memalign(size_t size, size_t align) NAMED("memalign");
-static void *named_calloc(size_t size) NAMED("calloc");
-static void named_free(void *p) NAMED("free");
-static void *named_realloc(void *p, size_t size) NAMED("realloc");
-static int named_posix_memalign(void **memptr, size_t align, size_t size) NAMED("posix_memalign");
-
-static void *named_malloc(size_t size) {
-  if (likely(lean_malloc)) {   /* memcheck, native, no profile */
-    uintptr_t p = VALGRIND_NON_SIMD_CALL2(native_new, size, FM_ALIGN | KIND_MALLOC);
-    if (unlikely(p <= NATIVE_BUSY)) p = (uintptr_t)native_block(size, FM_ALIGN, KIND_MALLOC, false);   /* retry, flush, errno */
-    if (likely(p)) VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, 0);
-    return (void *)p;
-  }
-  if (unlikely(!pool_ready()) && !pool_init()) return boot_alloc(size, 0);
-  if (forward) return tool_heap.malloc(size);
-  void *p = block_new(size, FM_ALIGN, KIND_MALLOC, false);
-  if (p && !pool_gone) vg_alloced(p, size, false);
-  return p;
-}
-
-static void *named_memalign(size_t size, size_t align) {
-  if (forward) return tool_heap.memalign(align, size);
-  void *p = block_new(size, align, KIND_ALIGNED, false);
-  if (p && !pool_gone) vg_alloced(p, size, false);
-  return p;
-}
-
-static void *named_calloc(size_t size) {
-  if (likely(lean_malloc)) {   /* as named_malloc's */
-    uintptr_t p = VALGRIND_NON_SIMD_CALL2(native_new, size, FM_ALIGN | KIND_MALLOC | NATIVE_ZERO);
-    if (unlikely(p <= NATIVE_BUSY)) p = (uintptr_t)native_block(size, FM_ALIGN, KIND_MALLOC, true);
-    if (likely(p)) VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, 1);
-    return (void *)p;
-  }
-  if (forward) return tool_heap.calloc(1, size);
-  void *p = block_new(size, FM_ALIGN, KIND_MALLOC, true);
-  if (p && !pool_gone) vg_alloced(p, size, true);
-  return p;
-}
-
-static void named_free(void *p) {
-  struct check_block f;
-  if (!p) return;
-  if (forward && !boot_owns(p)) return tool_heap.free(p);
-  int r = check_take_block(p, KIND_MALLOC, &f);
-  if (r == 0) vg_freed(p, 0);   /* memcheck reports "Invalid free()" */
-  if (r <= 0) return;
-  vg_freed(p, f.size);
-  check_give_block(&f);
-}
-
-static void *named_realloc(void *p, size_t size) {
-  struct check_block f;
-  if (forward && !boot_owns(p)) return tool_heap.realloc(p, size);
-  if (!p) {   /* realloc(NULL, n) is malloc(n), and the tool's stack says realloc */
-    void *q = stash_take(size);
-    if (!q) q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
-    if (q && !pool_gone) vg_alloced(q, size, false);
-    return q;
-  }
-  if (!size) {   /* realloc(p, 0) frees p */
-    int r = check_take_block(p, KIND_MALLOC, &f);
-    if (r == 0) vg_freed(p, 0);
-    if (r > 0) {
-      vg_freed(p, f.size);
-      check_give_block(&f);
-    }
-    return NULL;
-  }
-  if (boot_owns(p)) {
-    void *q = forward ? tool_heap.malloc(size) : block_new(size, FM_ALIGN, KIND_MALLOC, false);
-    if (!q) return NULL;
-    memcpy(q, p, boot_usable(p) < size ? boot_usable(p) : size);
-    if (!pool_gone && !forward) vg_alloced(q, size, false);
-    return q;
-  }
-  if (native && !pool_gone) {
-    lock();   /* the pending headers (see "the stash") */
-    uintptr_t r = native_call(check_native_resize, (uintptr_t)p, size);
-    unlock();
-    if (!native_taken(p, r, KIND_MALLOC, true)) {
-      vg_freed(p, 0);   /* memcheck: "Invalid free() / delete / delete[] / realloc()" */
-      return NULL;
-    }
-    size_t old = r >> 8;
-    if (r & NATIVE_IN_PLACE) {
-      VALGRIND_RESIZEINPLACE_BLOCK(p, old, size, 0);
-      cxx_gone(r);   /* it is a malloc block now */
-      profile_free(old);
-      profile_alloc(size);
-      return p;
-    }
-    void *q = stash_take(size);
-    if (!q) q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
-    if (!q) return NULL;
-    vg_alloced(q, size, false);
-    memcpy(q, p, old < size ? old : size);
-    vg_freed(p, old);
-    if (!quick.queue_off) {   /* no new or new[] block is live: p is a malloc block */
-      queue_push(p);
-      return q;
-    }
-    lock();
-    r = native_call(native_free, (uintptr_t)p, 0);
-    unlock();
-    if (native_taken(p, r, -1, false)) profile_free(old);
-    cxx_gone(r);
-    return q;
-  }
-  if (!check_take(p, &f, KIND_MALLOC, true)) {
-    vg_freed(p, 0);   /* memcheck: "Invalid free() / delete / delete[] / realloc()" */
-    return NULL;
-  }
-  size_t old = f.size;
-  VALGRIND_DISABLE_ERROR_REPORTING;
-  uint8_t *end = block_end(f.b, f.cls), *user = p;
-  VALGRIND_ENABLE_ERROR_REPORTING;
-  if (size <= old && size + CANARY_MIN <= (size_t)(end - user)) {   /* shrink in place */
-    VALGRIND_RESIZEINPLACE_BLOCK(p, old, size, 0);
-    VALGRIND_DISABLE_ERROR_REPORTING;
-    f.h->size = size;
-    f.h->kind = KIND_MALLOC;
-    profile_free(old);
-    profile_alloc(size);
-    canary_fill(user, size, end);
-    VALGRIND_MAKE_MEM_NOACCESS(user + size, (size_t)(end - user - size));
-    VALGRIND_ENABLE_ERROR_REPORTING;
-    return p;
-  }
-  void *q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
-  if (!q) return NULL;
-  if (!pool_gone) vg_alloced(q, size, false);
-  memcpy(q, p, old < size ? old : size);
-  if (check_take_block(p, -1, &f) > 0) {
-    vg_freed(p, old);
-    check_give_block(&f);
-  }
-  return q;
-}
-
-static int named_posix_memalign(void **memptr, size_t align, size_t size) {
-  void *p = forward ? tool_heap.memalign(align, size) : block_new(size, align, KIND_ALIGNED, false);
-  if (!p) {
-    errno = ENOMEM;   /* as glibc 2.36 leaves it */
-    return ENOMEM;
-  }
-  if (!forward && !pool_gone) vg_alloced(p, size, false);
-  *memptr = p;
-  return 0;
-}
-
-int check_posix_memalign(void **memptr, size_t align, size_t size) { return named_posix_memalign(memptr, align, size); }
-
-void *check_malloc_long(size_t size) { return named_malloc(size); }
-void *check_memalign(size_t size, size_t align) { return named_memalign(size, align); }
-void *check_calloc(size_t n) { return named_calloc(n); }
-void check_free_long(void *p) { named_free(p); }
-void *check_realloc_long(void *p, size_t size) { return named_realloc(p, size); }
-
-size_t check_usable(void *p) {
-  struct check_block f;
-  if (boot_owns(p)) return boot_usable(p);
-  if (forward) return tool_heap.usable(p);
-  pending_flush();
-  VALGRIND_DISABLE_ERROR_REPORTING;
-  enum verdict v = check_find(p, &f);
-  VALGRIND_ENABLE_ERROR_REPORTING;
-  if (v == V_OK) return f.size;
+/* Checking mode's fault for a bad pointer handed to malloc_usable_size; 0 under Valgrind alone. */
+size_t check_usable_fault(enum check_verdict v, void *p, int cls) {
   if (!fm_pool.opt.check) return 0;
-  if (v == V_OVERRUN) fault_stop(verdict_text[v], p, f.cls);
-  fault_bad(CALL_USABLE, verdict_kind[v], p, v == V_FOREIGN ? -1 : f.cls);
+  if (v == V_OVERRUN) fault_stop(verdict_text[v], p, cls);
+  fault_bad(CALL_USABLE, verdict_kind[v], p, v == V_FOREIGN ? -1 : cls);
 }
 
-/* ---- start-up and exit under Valgrind ---------------------------------------------------- */
-/* memcheck's --freelist-vol: the tool's options are not the program's, but the kernel's copy
- * of the command line is (/proc/thread-self/cmdline; Valgrind fakes /proc/self/cmdline), and
- * VALGRIND_OPTS comes before it. */
-static void parse_vol(const char *arg) {
-  static const char opt[] = "--freelist-vol=";
-  if (strncmp(arg, opt, sizeof opt - 1)) return;
-  size_t v = 0;
-  for (const char *s = arg + sizeof opt - 1; *s >= '0' && *s <= '9'; s++) v = v * 10 + (size_t)(*s - '0');
-  held.max = v;
-}
-
-static void read_freelist_vol(void) {
-  extern char **environ;
-  held.max = 20000000;   /* memcheck's default */
-  for (char **e = environ; e && *e; e++) {
-    if (strncmp(*e, "VALGRIND_OPTS=", 14)) continue;
-    for (const char *s = *e + 14; *s; s++)
-      if (s[0] == '-' && (s == *e + 14 || s[-1] == ' ')) parse_vol(s);
-  }
-  static char buf[4096];
-  int fd = open("/proc/thread-self/cmdline", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return;
-  buf[n] = 0;
-  /* valgrind's own argv[0], its options, then the program: stop at the first non-option */
-  for (char *a = buf + strlen(buf) + 1; a < buf + n && *a == '-'; a += strlen(a) + 1) parse_vol(a);
-}
-
-static bool tool_heap_find(void) {
-  tool_heap.malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
-  tool_heap.calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
-  tool_heap.realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
-  tool_heap.memalign = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "memalign");
-  tool_heap.free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
-  tool_heap.usable = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
-  return tool_heap.malloc && tool_heap.calloc && tool_heap.realloc && tool_heap.memalign && tool_heap.free &&
-         tool_heap.usable;
-}
-
-bool check_setup(void) {
-  check_tool = vg_tool();
-  forward = check_tool == VG_DHAT && tool_heap_find();
-  serial = check_tool != VG_NONE;
-  thread_tool = check_tool == VG_HELGRIND || check_tool == VG_DRD;
-  /* The thread checkers order a hand-over by the lock itself; its own words, which glibc's
-   * unlock writes after the tool has seen the release, are left out of their checks. */
-  VALGRIND_HG_DISABLE_CHECKING(&check_lock, sizeof check_lock);
-  VALGRIND_DRD_IGNORE(&check_lock, sizeof check_lock);
-  held.on = check_tool == VG_MEMCHECK;
-  if (held.on) read_freelist_vol();
-  return serial;
-}
-
-/* The default pool's ceiling under each tool. memcheck's heap holds a block of 16 GiB but not
- * 32; helgrind shadows mapped memory eagerly (4 GiB of pool cost it 3 GB and 4 s) and drd's
- * suppression of the pool costs it time in proportion (32 GiB: 13 s). */
-size_t check_pool_cap(void) {
-  switch (check_tool) {
-  case VG_MEMCHECK: return (size_t)16 << 30;
-  case VG_HELGRIND:
-  case VG_DRD: return (size_t)512 << 20;
-  default: return (size_t)32 << 30;
-  }
-}
-
-bool check_pool_heap(void) { return check_tool == VG_MEMCHECK; }
-
-#define VG_RANGE_STEP ((size_t)128 << 20)   /* memcheck warns about ranges above 256 MiB */
-
-static void vg_range(void (*req)(void *, size_t), uintptr_t from, uintptr_t to) {
-  for (; from < to; from += VG_RANGE_STEP) req((void *)from, to - from < VG_RANGE_STEP ? to - from : VG_RANGE_STEP);
-}
-static void req_noaccess(void *a, size_t n) { VALGRIND_MAKE_MEM_NOACCESS(a, n); }
-static void req_defined(void *a, size_t n) { (void)VALGRIND_MAKE_MEM_DEFINED(a, n); }
-static void req_hg_untracked(void *a, size_t n) { VALGRIND_HG_DISABLE_CHECKING(a, n); }
-static void req_drd_ignore(void *a, size_t n) { VALGRIND_DRD_IGNORE(a, n); }
-
-/* memcheck: the pool is one block of memcheck's heap (libc's malloc, which memcheck replaces),
- * shrunk at once to one byte in memcheck's books and released at exit, so it never shows in
- * the program's heap. Returns one byte past the block's start, so that the pool's alignment
- * keeps that byte out of the pool. */
-void *check_pool_map(size_t size) {
-  void *(*heap_malloc)(size_t) = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
-  if (!heap_malloc) return NULL;
-  uint8_t *p = heap_malloc(size);
-  if (!p) return NULL;
-  for (size_t left = size; left > 1;) {
-    size_t next = left > VG_RANGE_STEP + 1 ? left - VG_RANGE_STEP : 1;
-    VALGRIND_RESIZEINPLACE_BLOCK(p, left, next, 0);
-    left = next;
-  }
-  heap_block = p;
-  vg_range(req_defined, (uintptr_t)p + 1, (uintptr_t)p + size);   /* the kernel's zeroes */
-  return p + 1;
-}
-
-/* A child whose fork came while another thread held quick.flag drops the queue, the stash and
- * the pending list, which that thread may have been changing (their blocks stay out). */
-static void check_after_fork(void) {
-  pthread_mutex_init(&check_lock, NULL);
-  if (atomic_flag_test_and_set(&quick.flag)) {
-    quick.nqueue = 0;
-    memset(quick.nstash, 0, sizeof quick.nstash);
-    memset(quick.nfilled, 0, sizeof quick.nfilled);
-    stash_filled = 0;
-  }
-  atomic_flag_clear(&quick.flag);
-}
-
-/* Under Valgrind the block area starts inaccessible (memcheck: blocks become addressable as
- * they are handed out; its leak search does not wade through untouched gigabytes), and for the
- * thread checkers the pool and its bookkeeping are untracked. */
-void check_pool_start(void) {
-  if (!fm_pool.valgrind) return;
-  uintptr_t end = fm_pool.base + fm_pool.size;
-  vg_range(req_noaccess, fm_pool.heap_base, end);
-  if (check_tool == VG_HELGRIND) {
-    vg_range(req_hg_untracked, fm_pool.base, end);
-    VALGRIND_HG_DISABLE_CHECKING(&fm_pool, sizeof fm_pool);
-  } else if (check_tool == VG_DRD) {
-    vg_range(req_drd_ignore, fm_pool.base, end);
-    VALGRIND_DRD_IGNORE(&fm_pool, sizeof fm_pool);
-  }
-  pthread_atfork(NULL, NULL, check_after_fork);
-  native = check_tool == VG_MEMCHECK && !fm_pool.opt.check && !fm_pool.lazy_commit;
-  if (native) {
-    fm_pool.count_lockers = true;
-    tcache_native_setup();
-  }
-  lean_malloc = native && !fm_pool.opt.profile;
-  if (lean_malloc)
-    for (unsigned c = 0; c < fm_pool.nclass && fm_pool.cls[c].size <= STASH_CLASS_MAX; c++)
-      if (fm_pool.cls[c].size > LEAN_LEAD) quick.stash_lim = fm_pool.cls[c].size - LEAN_LEAD + 1;
-  if (native && held.max) quick.queue_off = 0;   /* no new block is live yet: only native calls count them */
-}
-
-/* Runs after the program's and the other libraries' exit handlers: memcheck forgets the heap
- * block the pool lives in (its leak search then sees only the program's blocks). From here on
- * the pool may be unmapped at memcheck's next allocation: new requests come from the
- * bootstrap buffer and freed blocks are only described, never reused. */
-__attribute__((destructor)) static void check_pool_end(void) {
-  if (!heap_block) return;
-  lean_malloc = false;
-  quick.stash_lim = 0;
-  quick.queue_off++;
-  pool_gone = true;
-  VALGRIND_DISABLE_ERROR_REPORTING;   /* a malloc'ed block freed as a custom one */
-  VALGRIND_FREELIKE_BLOCK(heap_block, 0);
-  VALGRIND_ENABLE_ERROR_REPORTING;
+/* Checking mode's fault for a bad pointer given to a release; nothing under Valgrind alone. */
+void check_fault(enum check_verdict v, void *p, int cls) {
+  if (fm_pool.opt.check) fault_stop(verdict_text[v], p, v == V_FOREIGN ? -1 : cls);
 }

@@ -1,7 +1,7 @@
 /* memcheck's short ways: malloc of a stashed size, free while releases are queued and realloc
- * between the two (see "the stash" and "deferred releases" in check.c). Under quick.flag, with
+ * between the two (see "the stash" and "deferred releases" in vg.c). Under quick.flag, with
  * the requests' arguments in quick's static blocks. malloc and free make no call: every other
- * way out is a tail call to check.c (its functions of the same names, or the flush of a full
+ * way out is a tail call to vg.c (its functions of the same names, or the flush of a full
  * queue, or a contended flag), so they need no stack frame, whose every change memcheck
  * instruments, as it instruments every load and store here. A native call finding a lock held
  * (rare: statistics, malloc_trim, validators) spins: memcheck runs one thread at a time and
@@ -20,7 +20,7 @@ void *check_malloc(size_t size) { return named_malloc(size); }
 void check_free(void *p) { named_free(p); }
 void *check_realloc(void *p, size_t size) { return named_realloc(p, size); }
 
-/* false when another thread holds the flag: the caller takes check.c's way, which waits with
+/* false when another thread holds the flag: the caller takes vg.c's way, which waits with
  * sched_yield (a system call, where Valgrind lets the holder run), a call these cannot make */
 static bool flag_take(void) { return !atomic_flag_test_and_set_explicit(&quick.flag, memory_order_acquire); }
 static void flag_give(void) { atomic_flag_clear_explicit(&quick.flag, memory_order_release); }
@@ -36,21 +36,22 @@ static uintptr_t native(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), uintpt
 
 static void *named_malloc(size_t size) {
   if (likely(size < quick.stash_lim) && likely(flag_take())) {   /* memcheck, native calls, no profile */
-    unsigned c = check_stash_class(size);
+    unsigned c = vg_stash_class(size);
     unsigned n = quick.nstash[c];
-    if (unlikely(!n)) n = (unsigned)(native(check_native_fill, c, size + LEAN_LEAD) >> 4);
+    if (unlikely(!n)) n = (unsigned)(native(vg_native_fill, c, size + LEAN_LEAD) >> 4);
     if (likely(n)) {
-      uintptr_t p = check_stash_pop(c, n, size);
+      uintptr_t p = vg_stash_pop(c, n, size);
       quick.malloc_req[1] = p;
       quick.malloc_req[2] = size;
       vg_request(quick.malloc_req, 0);
       quick.malloc_req[1] = 0;   /* memcheck's leak search reads this as a root */
       flag_give();
+      vg_scrub(p);
       return (void *)p;
     }
-    flag_give();   /* none left: check.c's way hands the queue and the stash back and retries */
+    flag_give();   /* none left: vg.c's way hands the queue and the stash back and retries */
   }
-  return check_malloc_long(size);
+  return vg_malloc_long(size);
 }
 
 /* In the heap: neither NULL nor a bootstrap block. A bad pointer is found when the queue is
@@ -59,22 +60,22 @@ static void named_free(void *p) {
   if (likely(!quick.queue_off) && (uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size && likely(flag_take())) {
     quick.free_req[1] = (uintptr_t)p;
     vg_request(quick.free_req, 0);
-    check_queue_add((uintptr_t)p);
-    if (unlikely(quick.nqueue == QUEUE_LEN)) return check_flush_unlock();
+    vg_queue_add((uintptr_t)p);
+    if (unlikely(quick.nqueue == QUEUE_LEN)) return vg_flush_unlock();
     flag_give();
     return;
   }
-  return check_free_long(p);
+  return vg_free_long(p);
 }
 
 /* realloc of a block in the heap to a stashed size while releases are queued (no new or new[]
  * block is live: p is a malloc block): one native call, as glibc's realloc under memcheck makes
  * one call into memcheck, and memcheck's memcpy, which carries over which bytes are defined.
- * This one has a stack frame (memcpy). A bad pointer takes check.c's way, which reports it. */
+ * This one has a stack frame (memcpy). A bad pointer takes vg.c's way, which reports it. */
 static void *named_realloc(void *p, size_t size) {
   if (likely(!quick.queue_off) && size && size < quick.stash_lim &&
       (uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size && flag_take()) {
-    uintptr_t r = native(check_native_resize, (uintptr_t)p, size);
+    uintptr_t r = native(vg_native_resize, (uintptr_t)p, size);
     size_t old = r >> 8;
     if (likely((r & 15) == 0)) {   /* valid */
       if (r & NATIVE_IN_PLACE) {   /* shrunk in place */
@@ -85,10 +86,10 @@ static void *named_realloc(void *p, size_t size) {
         flag_give();
         return p;
       }
-      unsigned c = check_stash_class(size), n = quick.nstash[c];
-      if (!n) n = (unsigned)(native(check_native_fill, c, size + LEAN_LEAD) >> 4);
+      unsigned c = vg_stash_class(size), n = quick.nstash[c];
+      if (!n) n = (unsigned)(native(vg_native_fill, c, size + LEAN_LEAD) >> 4);
       if (likely(n)) {
-        uintptr_t q = check_stash_pop(c, n, size);
+        uintptr_t q = vg_stash_pop(c, n, size);
         quick.malloc_req[1] = q;
         quick.malloc_req[2] = size;
         vg_request(quick.malloc_req, 0);
@@ -96,13 +97,13 @@ static void *named_realloc(void *p, size_t size) {
         memcpy((void *)q, p, old < size ? old : size);
         quick.free_req[1] = (uintptr_t)p;
         vg_request(quick.free_req, 0);
-        check_queue_add((uintptr_t)p);
-        if (unlikely(quick.nqueue == QUEUE_LEN)) check_flush_locked();
+        vg_queue_add((uintptr_t)p);
+        if (unlikely(quick.nqueue == QUEUE_LEN)) vg_flush_locked();
         flag_give();
         return (void *)q;
       }
     }
     flag_give();
   }
-  return check_realloc_long(p, size);
+  return vg_realloc_long(p, size);
 }

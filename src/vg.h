@@ -1,7 +1,7 @@
-/* Valgrind client requests, and the interface of "described" mode (check.c).
+/* Valgrind client requests, and the interface of "described" mode (vg.c).
  *
  * Under any Valgrind tool (memcheck, helgrind, drd, massif, DHAT, ...) flatmalloc runs in
- * described mode: every call takes the slow paths of check.c, which tell the tool about each
+ * described mode: every call takes the slow paths of vg.c, which tell the tool about each
  * block (malloc-like / free-like blocks; for the thread checkers, fresh memory on allocation
  * and untracked memory while the allocator owns it). Outside Valgrind each request is a few
  * instructions that do nothing; the default fast paths never reach one. Built without
@@ -62,6 +62,19 @@ static inline uintptr_t vg_request(const uintptr_t *args, uintptr_t dflt) {
 #endif
 }
 
+/* memcheck's leak search reads every register of every thread as a root: a copy of a block's
+ * pointer left in a scratch register when malloc returns keeps the block reachable for a leak
+ * check made before the register is reused (VALGRIND_DO_LEAK_CHECK, vgdb's leak_check). The
+ * functions that return a block clear them; p stays in rax, the return register. */
+#if defined(FM_VALGRIND) && defined(__x86_64__)
+#define vg_scrub(p)                                                                            \
+  __asm__ volatile("xorl %%ecx, %%ecx\n\txorl %%edx, %%edx\n\txorl %%esi, %%esi\n\txorl %%edi, %%edi\n\t"   \
+                   "xorl %%r8d, %%r8d\n\txorl %%r9d, %%r9d\n\txorl %%r10d, %%r10d\n\txorl %%r11d, %%r11d"  \
+                   : "+a"(p) : : "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11")
+#else
+#define vg_scrub(p) ((void)(p))
+#endif
+
 /* ---- which tool -------------------------------------------------------------------------- */
 enum vg_tool { VG_NONE, VG_MEMCHECK, VG_HELGRIND, VG_DRD, VG_MASSIF, VG_DHAT };
 
@@ -91,15 +104,15 @@ static inline enum vg_tool vg_tool(void) {
  * it, so the exported function (malloc, operator new, ...) must issue it from its own body for
  * the tool's stack to start at the program's call; an inlined function would show as a frame of
  * its own in a build with debug information (valgrind --read-inline-info). */
-hidden extern enum vg_tool check_tool;
+hidden extern enum vg_tool vg_running;
 
 #define vg_alloced(p, size, zeroed)                                                            \
   do {                                                                                         \
     VALGRIND_MALLOCLIKE_BLOCK((p), (size), 0, (zeroed));                                       \
-    if (check_tool == VG_HELGRIND) {                                                           \
+    if (vg_running == VG_HELGRIND) {                                                           \
       VALGRIND_HG_ENABLE_CHECKING((p), (size));                                                \
       VALGRIND_HG_CLEAN_MEMORY((p), (size));                                                   \
-    } else if (check_tool == VG_DRD) {                                                         \
+    } else if (vg_running == VG_DRD) {                                                         \
       VALGRIND_DRD_WATCH((p), (size));                                                         \
       VALGRIND_HG_CLEAN_MEMORY((p), (size));                                                   \
     }                                                                                          \
@@ -108,35 +121,43 @@ hidden extern enum vg_tool check_tool;
 #define vg_freed(p, size)                                                                      \
   do {                                                                                         \
     VALGRIND_FREELIKE_BLOCK((p), 0);                                                           \
-    if (check_tool == VG_HELGRIND) VALGRIND_HG_DISABLE_CHECKING((p), (size));                  \
-    else if (check_tool == VG_DRD) VALGRIND_DRD_IGNORE((p), (size));                           \
+    if (vg_running == VG_HELGRIND) VALGRIND_HG_DISABLE_CHECKING((p), (size));                  \
+    else if (vg_running == VG_DRD) VALGRIND_DRD_IGNORE((p), (size));                           \
   } while (0)
 
 /* How a block was allocated; a release through the wrong family is a fault. */
 enum check_kind { KIND_MALLOC, KIND_ALIGNED, KIND_NEW, KIND_NEW_ARRAY };
 
 /* For the C++ operators (preload/cxx.c), which describe their blocks themselves. */
-hidden void *check_new_block(size_t size, size_t align, enum check_kind kind);   /* undescribed */
+hidden void *vg_new_block(size_t size, size_t align, enum check_kind kind);   /* undescribed */
 /* What a release needs to know of a block (check.c fills it). */
 struct check_hdr;
 struct check_block {
-  bool native;   /* memcheck: check_give_block validates and releases, or queues (b is the pointer) */
+  bool native;   /* native calls: validated and released already */
+  bool queue;    /* memcheck: vg_give_block queues b, the program's pointer */
   struct check_hdr *h;
   uint8_t *b;
   int cls;
   size_t size;
   enum check_kind kind;
 };
-/* Validates p for a release through the family of release (-1: any): 1 release it (the caller
- * describes the release with vg_freed, then calls check_give_block), 0 a bad pointer (tell the
- * tool: vg_freed(p, 0)), -1 nothing to do (bootstrap block). */
-hidden int check_take_block(void *p, int release, struct check_block *f);
-hidden void check_give_block(struct check_block *f);
+/* Validates p for a release through the family of release (-1: any). Returns the block's size:
+ * release it (the caller describes the release with vg_freed, then calls vg_give_block);
+ * or TAKE_BAD, a bad pointer (tell the tool: vg_freed(p, 0)); TAKE_NONE, nothing to do
+ * (bootstrap block, forwarded); TAKE_MISMATCH, released through the wrong family: under
+ * memcheck the caller hands p to vg_tool_release(release), by a tail call. */
+#define TAKE_NONE (-1L)
+#define TAKE_BAD (-2L)
+#define TAKE_MISMATCH (-3L)
+hidden long vg_take_block(void *p, int release);
+hidden void vg_give_block(void);
+typedef void vg_release_fn(void *);
+hidden vg_release_fn *vg_tool_release(int release);
 
-/* ---- memcheck's short ways (check_short.c), and what they share with check.c -------------- */
+/* ---- memcheck's short ways (check_short.c), and what they share with vg.c -------------- */
 /* malloc of a stashed size, free while releases are queued and realloc between the two (see
- * "the stash" and "deferred releases" in check.c) live in a file of their own: their local
- * functions are named malloc, free and realloc, as check.c's, and reach check.c's only by tail
+ * "the stash" and "deferred releases" in vg.c) live in a file of their own: their local
+ * functions are named malloc, free and realloc, as vg.c's, and reach vg.c's only by tail
  * calls, so that malloc and free need no stack frame (memcheck instruments every change of the
  * stack pointer) and the stacks still start at the program's call. */
 #define CANARY_MIN 8u                           /* bytes of canary at least */
@@ -145,55 +166,55 @@ hidden void check_give_block(struct check_block *f);
 #define STASH_LEN 32u
 #define NATIVE_BUSY 15u   /* neither a block (16-aligned) nor a release code (verdict < 15) */
 #define NATIVE_IN_PLACE 64u   /* in a release code: realloc shrank the block in place */
-struct check_quick {
-  atomic_flag flag;                /* memcheck's lock (check.c's lock()) for all below */
+struct vg_quick {
+  atomic_flag flag;                /* memcheck's lock (vg.c's lock()) for all below */
   uintptr_t malloc_req[5];         /* MALLOCLIKE: code, block, size, red zone 0, not zeroed */
   uintptr_t free_req[3];           /* FREELIKE: code, block, red zone 0 */
   uintptr_t resize_req[5];         /* RESIZEINPLACE: code, block, old size, new size, red zone 0 */
   uintptr_t call_req[4];           /* CLIENT_CALL2: code, function, two arguments */
   uintptr_t queue[QUEUE_LEN];      /* freed pointers; the flush puts release codes here */
   unsigned nqueue;
-  _Atomic size_t queue_off;        /* see check.c: 0 while free queues its releases */
+  _Atomic size_t queue_off;        /* see vg.c: 0 while free queues its releases */
   size_t stash_lim;                /* sizes below are stashed; 0 while there is no stash */
   uint8_t nstash[FM_CLASS_MAX];    /* blocks left in each class's stash; slots nstash to */
   uint8_t nfilled[FM_CLASS_MAX];   /* nfilled - 1 were taken and wait for their headers */
   uint32_t asked[FM_CLASS_MAX][STASH_LEN];    /* the size malloc asked for, of taken slots */
   uintptr_t stash[FM_CLASS_MAX][STASH_LEN];   /* ~the program's pointers (see "the stash") */
 };
-hidden extern struct check_quick quick;
+hidden extern struct vg_quick quick;
 
 /* The stash's class for malloc(size), size below quick.stash_lim. */
-static inline unsigned check_stash_class(size_t size) {
+static inline unsigned vg_stash_class(size_t size) {
   return fm_pool.cls_of[(size + LEAN_LEAD + FM_ALIGN - 1) / FM_ALIGN] - 1u;
 }
 
 /* Takes the last of class c's n > 0 stashed blocks for malloc(size); quick.flag held. */
-static inline uintptr_t check_stash_pop(unsigned c, unsigned n, size_t size) {
+static inline uintptr_t vg_stash_pop(unsigned c, unsigned n, size_t size) {
   uintptr_t p = ~quick.stash[c][--n];
   quick.nstash[c] = (uint8_t)n;
   quick.asked[c][n] = (uint32_t)size;
   return p;
 }
 /* Appends released pointer p to the queue of frees; quick.flag held, the queue not full. */
-static inline void check_queue_add(uintptr_t p) {
+static inline void vg_queue_add(uintptr_t p) {
   unsigned n = quick.nqueue;
   quick.queue[n] = p;
   __atomic_store_n(&quick.nqueue, n + 1, __ATOMIC_RELEASE);
 }
-hidden uintptr_t check_native_fill(uintptr_t tid, uintptr_t c, uintptr_t size);
-hidden uintptr_t check_native_resize(uintptr_t tid, uintptr_t p, uintptr_t size);   /* a release code */
-hidden void check_flush_locked(void);
-hidden void check_flush_unlock(void);   /* check_flush_locked, then quick.flag released */
-hidden void *check_malloc_long(size_t size);   /* check.c's named malloc */
-hidden void check_free_long(void *p);          /* check.c's named free */
-hidden void *check_realloc_long(void *p, size_t size);   /* check.c's named realloc */
+hidden uintptr_t vg_native_fill(uintptr_t tid, uintptr_t c, uintptr_t size);
+hidden uintptr_t vg_native_resize(uintptr_t tid, uintptr_t p, uintptr_t size);   /* a release code */
+hidden void vg_flush_locked(void);
+hidden void vg_flush_unlock(void);   /* vg_flush_locked, then quick.flag released */
+hidden void *vg_malloc_long(size_t size);   /* vg.c's named malloc */
+hidden void vg_free_long(void *p);          /* vg.c's named free */
+hidden void *vg_realloc_long(void *p, size_t size);   /* vg.c's named realloc */
 
-/* pool.c: which tool (true under any), then under memcheck the pool comes from memcheck's own heap (see check.c). */
+/* pool.c: which tool (true under any), then under memcheck the pool comes from memcheck's own heap (see vg.c). */
 hidden bool check_setup(void);
 hidden bool check_pool_heap(void);
 hidden void *check_pool_map(size_t size);
 hidden size_t check_pool_cap(void);
-hidden void *check_calloc(size_t n);
+hidden void *check_calloc(size_t count, size_t size);   /* count * size may overflow */
 hidden int check_posix_memalign(void **memptr, size_t align, size_t size);
 /* stats.c, malloc_trim: hands the releases queued under memcheck to the allocator. */
 hidden void check_release_queued(void);

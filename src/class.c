@@ -36,19 +36,19 @@ int class_at(const void *p) {
   return c == FM_NO_CLASS ? -1 : (int)c - 1;
 }
 
-/* The span (its first chunk) and the number of the block of class k that holds p, p being in a
+/* The span (its first chunk) and the number of the block of class c that holds p, p being in a
  * span of that class; false when p lies past the span's last block. */
-static bool locate(const void *p, const struct fm_class *k, uint32_t *head, uint32_t *q) {
+static bool locate(const void *p, unsigned c, uint32_t *head, uint32_t *q) {
   *head = span_head(fm_pool.line[((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift].e);
-  *q = (uint32_t)(((uintptr_t)p - chunk_addr(*head)) / k->size);
-  return *q < k->nblocks;
+  *q = block_of(c, chunk_addr(*head), p);   /* a multiplication, not a division */
+  return *q < fm_pool.cls[c].nblocks;
 }
 
 /* Start of the block of class c that holds p (p in a span of c), and its state byte. */
 void *class_block(const void *p, unsigned c, fm_st **st) {
   const struct fm_class *k = &fm_pool.cls[c];
   uint32_t head, q;
-  if (!locate(p, k, &head, &q)) return NULL;
+  if (!locate(p, c, &head, &q)) return NULL;
   if (st) *st = state_of(k, head, q);
   return (void *)(chunk_addr(head) + (uintptr_t)q * k->size);
 }
@@ -59,7 +59,7 @@ fm_st *class_verify(const void *p, unsigned c, enum fault_call call) {
   const struct fm_class *k = &fm_pool.cls[c];
   uint32_t head, q;
   if ((uintptr_t)p & (FM_ALIGN - 1)) fault_bad(call, FAULT_MISALIGNED, p, (int)c);
-  if (!locate(p, k, &head, &q)) fault_bad(call, FAULT_FOREIGN, p, (int)c);
+  if (!locate(p, c, &head, &q)) fault_bad(call, FAULT_FOREIGN, p, (int)c);
   if (chunk_addr(head) + (uintptr_t)q * k->size != (uintptr_t)p) fault_bad(call, FAULT_INTERIOR, p, (int)c);
   fm_st *st = state_of(k, head, q), s = st_load(st);
   if (st_live(s)) return st;

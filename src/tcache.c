@@ -142,17 +142,40 @@ static void remote_orphans(struct fm_tcache *o) {
   }
 }
 
-static void remote_push(struct fm_tcache *owner, void *p) {
+/* Pushes the chain first..last (linked but for last) on owner's remote stack in one step. */
+static void remote_push(struct fm_tcache *owner, void *first, void *last) {
   uintptr_t h = atomic_load_explicit(&owner->remote, memory_order_relaxed);
-  do *(uintptr_t *)p = h ^ mix(p);
-  while (!atomic_compare_exchange_weak(&owner->remote, &h, (uintptr_t)p));
+  do *(uintptr_t *)last = h ^ mix(last);
+  while (!atomic_compare_exchange_weak(&owner->remote, &h, (uintptr_t)first));
   if (!atomic_load(&owner->live)) remote_orphans(owner);
+}
+
+static void outbox_flush(struct fm_tcache *tc) {
+  if (!tc->out_n) return;
+  tc->out_n = 0;
+  remote_push(tc->out_to, tc->out_first, tc->out_last);
+}
+
+/* REMOTE block p of owner's goes home: chained in tc's outbox, which goes out in one push when
+ * it is full, holds another owner's blocks, or tc refills, flushes statistics or exits (so a
+ * thread holds at most FM_OUTBOX blocks of others). */
+static void remote_free(struct fm_tcache *tc, struct fm_tcache *owner, void *p) {
+  if (tc == &fm_tc_empty) {
+    remote_push(owner, p, p);
+    return;
+  }
+  if (tc->out_n && tc->out_to != owner) outbox_flush(tc);
+  if (tc->out_n) *(uintptr_t *)p = (uintptr_t)tc->out_first ^ mix(p);
+  else tc->out_to = owner, tc->out_last = p;
+  tc->out_first = p;
+  if (++tc->out_n == FM_OUTBOX) outbox_flush(tc);
 }
 
 /* ---- slots in and out -------------------------------------------------------------------- */
 static void tcache_exit(void *v) {
   struct fm_tcache *tc = v;
   fm_tc = &fm_tc_empty;
+  outbox_flush(tc);
   for (unsigned c = 0; c < fm_pool.nclass; c++)
     if (tc->base[c + 1]) bin_resize(tc, c, 0);
   atomic_fetch_sub_explicit(&fm_pool.slots_live, 1, memory_order_relaxed);
@@ -204,6 +227,7 @@ static struct fm_tcache *tcache_mine(void) {
 static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
   unsigned last = c + (borrow ? FM_BORROW_STEPS : 0);
   if (last >= fm_pool.nclass) last = fm_pool.nclass - 1;
+  outbox_flush(tc);
   if (tc->base[1]) remote_collect(tc, tc, FM_COLLECT);
   for (unsigned k = c; k <= last; k++) {
     unsigned k1 = k + 1;
@@ -292,7 +316,7 @@ void tcache_free(void *p, unsigned c, fm_st *st) {
                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
       fault_stop("double free (by two threads at once)", p, (int)c);
     if (s != ST_LIVE) {
-      remote_push(&fm_pool.slots[s - ST_OWNED], p);
+      remote_free(tc, &fm_pool.slots[s - ST_OWNED], p);
       return;
     }
   }
@@ -304,11 +328,13 @@ void tcache_free_direct(void *p, unsigned c, fm_st *st) {
   put(tc_native, p, c);
 }
 
-/* Takes the calling thread's remote stack home (for the statistics and malloc_trim, which
- * count those blocks as free). */
+/* Sends the calling thread's outbox and takes its remote stack home (for the statistics and
+ * malloc_trim, which count those blocks as free). */
 void tcache_collect(void) {
   struct fm_tcache *tc = fm_tc;
-  if (tc == &fm_tc_empty || !tc->base[1]) return;
+  if (tc == &fm_tc_empty) return;
+  outbox_flush(tc);
+  if (!tc->base[1]) return;
   while (pending(tc) || atomic_load_explicit(&tc->remote, memory_order_relaxed)) remote_collect(tc, tc, UINT32_MAX);
 }
 

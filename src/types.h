@@ -99,6 +99,7 @@
 #define FM_TC_MIN (64u << 10)        /* ... but a thread may always hold this much */
 #define FM_TC_MAX (2u << 20)         /* ... and never more than this */
 #define FM_COLLECT 64u               /* remotely freed blocks one refill takes home at most */
+#define FM_OUTBOX 32u                /* another thread's blocks a thread gathers before one push */
 
 /* ---- do not modify ----------------------------------------------------------------------- */
 #define FM_ALIGN 16u                 /* every block starts on this boundary */
@@ -162,6 +163,9 @@ struct fm_tcache {
   uint64_t next_free;    /* link on the stack of unused slots */
   uint64_t cap_bytes;    /* room of all bins, in bytes */
   uintptr_t pending;     /* remote blocks taken, not yet home (mangled links) */
+  struct fm_tcache *out_to;   /* outbox: blocks of another thread freed here, chained (mangled */
+  void *out_first, *out_last; /* links), pushed on out_to's remote stack in one step */
+  uint32_t out_n;
   void **top[FM_BINS];
   void **lim[FM_BINS];
   void **base[FM_BINS];

@@ -45,8 +45,9 @@
  * ONE WRITER PER STATE. The thread whose slot owns a LIVE block is the only one that writes its
  * state with plain stores: free() of its own block (LIVE -> CACHED) and malloc() (CACHED -> its
  * LIVE) are plain loads and stores. Any other thread frees it with one compare-exchange LIVE ->
- * REMOTE and pushes it on the owner's remote stack; the owner takes the stack on its next
- * refill, and a block whose state is no longer REMOTE there was freed twice (two threads at
+ * REMOTE and chains it in its outbox, which goes onto the owner's remote stack in one push (full,
+ * another owner's block, or the freeing thread's refill or exit); the owner takes the stack on
+ * its next refill, and a block whose state is no longer REMOTE there was freed twice (two threads at
  * once: the owner's plain store overwrote the exchange) and stops the program before the block
  * is handed out again. Blocks in spans change state only under their shard's lock.
  *

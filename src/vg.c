@@ -224,6 +224,17 @@ static uintptr_t native_free(uintptr_t tid, uintptr_t p, uintptr_t unused);
 static uintptr_t native_call(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), uintptr_t a, uintptr_t b);
 static void cxx_gone(uintptr_t r);
 
+/* Marks taken block f freed, holds it back and lets go of the lock (a native take did that). */
+static void give_taken(struct check_block *f) {
+  if (!f->native) {
+    f->h->magic = check_magic(f->h, false);
+    profile_free(f->size);
+    hold(f->b, f->cls, f->size);
+    VALGRIND_ENABLE_ERROR_REPORTING;
+  }
+  unlock();
+}
+
 /* A block allocated by one family and released through another: in checking mode a fault;
  * under memcheck (after the block was released) the caller hands p to the tool's release
  * function of that family, so that memcheck reports its own "Mismatched free() / delete /
@@ -232,13 +243,7 @@ static void cxx_gone(uintptr_t r);
 static long take_mismatched(void *p, struct check_block *f, int release) {
   if (release < 0 || check_kind_fits(f->kind, (enum check_kind)release)) return (long)f->size;
   if (vg_running == VG_MEMCHECK && !fm_pool.opt.check) {
-    if (!f->native) {
-      f->h->magic = check_magic(f->h, false);
-      profile_free(f->size);
-      hold(f->b, f->cls, f->size);
-      VALGRIND_ENABLE_ERROR_REPORTING;
-    }
-    unlock();
+    give_taken(f);
     return TAKE_MISMATCH;
   }
   check_mismatch(p, f, (enum check_kind)release, false);
@@ -295,13 +300,7 @@ void vg_give_block(void) {
     unlock();
     return queue_push(p);
   }
-  if (!f->native) {
-    f->h->magic = check_magic(f->h, false);
-    profile_free(f->size);
-    hold(f->b, f->cls, f->size);
-    VALGRIND_ENABLE_ERROR_REPORTING;
-  }
-  unlock();
+  give_taken(f);
 }
 
 /* memcheck's release function of the family of release (see take_mismatched): libc's free,

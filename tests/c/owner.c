@@ -163,27 +163,42 @@ static int race_once(bool owned_by_racer)
     return race_got[0] && race_got[0] == race_got[1] ? 2 : 0;
 }
 
+/* Runs child(a, b) in a forked process with its stderr captured into msg; returns its wait
+ * status. */
+static int in_child(int (*child)(int, int), int a, int b, char *msg, size_t cap)
+{
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        _exit(child(a, b));
+    }
+    close(fds[1]);
+    memset(msg, 0, cap);
+    ssize_t n = read(fds[0], msg, cap - 1), m;
+    while (n > 0 && (m = read(fds[0], msg + n, cap - 1 - (size_t)n)) > 0)
+        n += m;
+    close(fds[0]);
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+    return st;
+}
+
+static int race_child(int owned, int unused)
+{
+    (void)unused;
+    return race_once(owned);
+}
+
 static void case_race(int procs)
 {
     for (int owned = 0; owned < 2; owned++) {
         int stopped = 0, clean = 0;
         for (int i = 0; i < procs; i++) {
-            int fds[2];
-            CHECK(pipe(fds) == 0, "pipe");
-            pid_t pid = fork();
-            CHECK(pid >= 0, "fork");
-            if (pid == 0) {
-                dup2(fds[1], 2);
-                _exit(race_once(owned));
-            }
-            close(fds[1]);
-            char msg[512] = {0};
-            ssize_t n = read(fds[0], msg, sizeof msg - 1), m;
-            while (n > 0 && (m = read(fds[0], msg + n, sizeof msg - 1 - (size_t)n)) > 0)
-                n += m;
-            close(fds[0]);
-            int st;
-            CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+            char msg[512];
+            int st = in_child(race_child, owned, 0, msg, sizeof msg);
             if (WIFSIGNALED(st)) {
                 CHECK(WTERMSIG(st) == SIGABRT, "process %d died of signal %d", i, WTERMSIG(st));
                 CHECK(strstr(msg, "double free"), "process %d stopped with: %s", i, msg);
@@ -231,28 +246,23 @@ static int overflow_child(size_t size, size_t len, uint8_t byte, bool double_fre
     return 0;
 }
 
+static const size_t sizes[] = {16, 32, 48, 64, 96, 128, 160, 256, 320, 336, 384, 512};
+static const size_t lens[] = {1, 8, 1984};
+
+/* Size s, overflow l (3: 0x01 bytes, then a double free). */
+static int overflow_case(int s, int l)
+{
+    bool df = l == 3;
+    return overflow_child(sizes[s], df ? 8 : lens[l], df ? 1 : 0, df);
+}
+
 static void case_overflow(void)
 {
-    static const size_t sizes[] = {16, 32, 48, 64, 96, 128, 160, 256, 320, 336, 384, 512};
-    static const size_t lens[] = {1, 8, 1984};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (size_t l = 0; l < 4; l++) {
             bool df = l == 3;
-            int fds[2];
-            CHECK(pipe(fds) == 0, "pipe");
-            pid_t pid = fork();
-            CHECK(pid >= 0, "fork");
-            if (pid == 0) {
-                dup2(fds[1], 2);
-                _exit(overflow_child(sizes[s], df ? 8 : lens[l], df ? 1 : 0, df));
-            }
-            close(fds[1]);
-            char msg[512] = {0};
-            ssize_t n = read(fds[0], msg, sizeof msg - 1);
-            (void)n;
-            close(fds[0]);
-            int st;
-            CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+            char msg[512];
+            int st = in_child(overflow_case, (int)s, (int)l, msg, sizeof msg);
             if (df) {
                 /* checking mode finds the canary damaged first: stopped as well */
                 CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT &&

@@ -179,7 +179,13 @@ run_pass() {
     fail "pgbench balances disagree with the history: $(cat "$dir/pgbench.out")"
 
   pg_stop "$dir" fast || fail "the server did not stop cleanly in the $name pass"
-  # (a zombie is fine: the postmaster's new parent, init or a subreaper, may not have reaped it yet)
+  # (a zombie is fine: the postmaster's new parent, init or a subreaper, may not have reaped it yet;
+  # pg_ctl returns once the pid file is gone, which the postmaster removes before its exit
+  # handlers, the statistics report among them, have run: give those up to 10 s)
+  for _ in $(seq 100); do
+    [ -e "/proc/$pm" ] && [ "$(awk '{ print $3 }' "/proc/$pm/stat" 2>/dev/null)" != Z ] || break
+    sleep 0.1
+  done
   if [ -e "/proc/$pm" ] && [ "$(awk '{ print $3 }' "/proc/$pm/stat" 2>/dev/null)" != Z ] &&
      [ -e "/proc/$pm" ]; then
     fail "the postmaster $pm is still running after pg_ctl stop"

@@ -239,18 +239,11 @@ uint32_t class_take(unsigned c, unsigned sh, void **p, uint32_t want, bool grow)
   return got;
 }
 
-/* Returns CACHED block p, of the span at head (record r, line entry e), to that span in shard
- * h (h's lock held); a span with no block out goes back to the pool, but for one kept as the
- * shard's spare. */
-static void give_one(const struct fm_class *k, unsigned c, struct fm_shard *h, void *p, uint64_t e, uint32_t head, struct fm_run *r) {
-  fm_st *st = fm_st_of(p);
-  h->out--;
-  if (!st_cached(st_load(st))) fault_stop("a thread cache is damaged", p, (int)c);
-  if (r->epoch != h->epoch) return;   /* a span abandoned at fork: the child leaves it */
-  uint32_t q = block_of(c, (uintptr_t)(e >> 8), p);
-  st_store(st, ST_FREE);
-  summary(head)[q / 512] |= 1ull << (q / 8 % 64);
-  if (++r->nfree == k->nblocks) {
+/* n blocks of span head (record r) just went FREE in shard h (h's lock held): a span with no
+ * block out goes back to the pool, but for one kept as the shard's spare. */
+static void span_gave(const struct fm_class *k, struct fm_shard *h, uint32_t head, struct fm_run *r, uint32_t n) {
+  if (!n) return;
+  if ((r->nfree += n) == k->nblocks) {
     /* keep one empty span back, so a shard that swings between 0 and 1 blocks does not take
      * and return a span each time */
     if (h->spare) span_retire(k, h, h->spare - 1);
@@ -264,7 +257,8 @@ static void give_one(const struct fm_class *k, unsigned c, struct fm_shard *h, v
 
 /* Takes back n CACHED blocks of class c from a thread of shard sh: a whole batch goes to the
  * shard's transfer cache while it has room, anything else to the blocks' spans, each under the
- * lock of its span's shard (runs of one shard take it once). */
+ * lock of its span's shard. Blocks of one span in a row share its look-ups (a batch freed in
+ * allocation order is mostly such runs). */
 void class_give(unsigned c, unsigned sh, void *const *p, uint32_t n) {
   struct fm_class *k = &fm_pool.cls[c];
   struct fm_shard *h = &k->sh[sh];
@@ -279,20 +273,51 @@ void class_give(unsigned c, unsigned sh, void *const *p, uint32_t n) {
     fm_unlock(&h->lock);
   }
   h = NULL;
+  uint64_t e0 = 0, *sum = NULL;
+  uint32_t head = 0, freed = 0, gone = 0;
+  uintptr_t span_base = 0;
+  struct fm_run *r = NULL;
+  bool keep = false;   /* the span is its shard's (not abandoned at fork) */
+  /* locals: the stores below could alias the pool's fields for the compiler */
+  const uintptr_t heap = fm_pool.heap_base, size = fm_pool.heap_size, magic = fm_cf.magic[c + 1];
+  const struct fm_line *lines = fm_pool.line;
+  const unsigned shift = fm_pool.chunk_shift;
   for (uint32_t i = 0; i < n; i++) {
-    uintptr_t off = (uintptr_t)p[i] - fm_pool.heap_base;
-    uint64_t e = off < fm_pool.heap_size ? fm_pool.line[off >> fm_pool.chunk_shift].e : 0;
-    if ((e & 0xff) != c + 1) fault_stop("a thread cache is damaged", p[i], (int)c);
-    uint32_t head = span_head(e);
-    struct fm_run *r = span_rec(head);
-    struct fm_shard *x = &k->sh[r->shard & (FM_SHARDS - 1)];
-    if (x != h) {
-      if (h) fm_unlock(&h->lock);
-      fm_lock(&(h = x)->lock);
+    uintptr_t off = (uintptr_t)p[i] - heap;
+    uint64_t e = off < size ? lines[off >> shift].e : 0;
+    if (e != e0) {   /* another span */
+      if ((e & 0xff) != c + 1) fault_stop("a thread cache is damaged", p[i], (int)c);
+      if (h) {
+        h->out -= gone;
+        span_gave(k, h, head, r, freed);
+      }
+      freed = gone = 0;
+      head = span_head(e);
+      r = span_rec(head);
+      sum = summary(head);
+      struct fm_shard *x = &k->sh[r->shard & (FM_SHARDS - 1)];
+      if (x != h) {
+        if (h) fm_unlock(&h->lock);
+        fm_lock(&(h = x)->lock);
+      }
+      keep = r->epoch == h->epoch;   /* a span abandoned at fork: the child leaves it */
+      span_base = (uintptr_t)(e >> 8);
+      e0 = e;
     }
-    give_one(k, c, h, p[i], e, head, r);
+    fm_st *st = fm_st_of(p[i]);
+    gone++;
+    if (!st_cached(st_load(st))) fault_stop("a thread cache is damaged", p[i], (int)c);
+    if (!keep) continue;
+    uint32_t q = (uint32_t)(((unsigned __int128)(off - (span_base - heap)) * magic) >> 64);
+    st_store(st, ST_FREE);
+    sum[q / 512] |= 1ull << (q / 8 % 64);
+    freed++;
   }
-  if (h) fm_unlock(&h->lock);
+  if (h) {
+    h->out -= gone;
+    span_gave(k, h, head, r, freed);
+    fm_unlock(&h->lock);
+  }
 }
 
 void class_note(unsigned c, unsigned sh, bool borrowed) {

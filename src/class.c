@@ -334,10 +334,7 @@ void class_after_fork(void) {
   for (unsigned c = 0; c < fm_pool.nclass; c++)
     for (unsigned s = 0; s < FM_SHARDS; s++) {
       struct fm_shard *h = &fm_pool.cls[c].sh[s];
-      if (pthread_mutex_trylock(&h->lock) == 0) {
-        pthread_mutex_unlock(&h->lock);
-        continue;
-      }
+      if (!fm_lock_held(&h->lock)) continue;
       pthread_mutex_init(&h->lock, NULL);
       h->epoch++;
       h->bucket_map = 0;

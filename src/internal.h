@@ -23,6 +23,11 @@ static inline void fm_unlock(pthread_mutex_t *m) {
   if (fm_pool.count_lockers) atomic_fetch_sub_explicit(&fm_pool.lockers, 1, memory_order_relaxed);
 }
 
+/* In a fork child (one thread): the lock was held at fork. A plain read of glibc's lock word,
+ * not a trylock, so that the child writes no page of a lock that was free (a trylock on each
+ * of the classes' locks cost every PostgreSQL backend a copy-on-write fault per shard). */
+static inline bool fm_lock_held(const pthread_mutex_t *m) { return __atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED) != 0; }
+
 /* fault.c: one line and abort() */
 hidden cold __attribute__((noreturn)) void fault_stop(const char *what, const void *p, int cls);
 /* A bad pointer handed to a call: the line names the call and what the pointer is ("double

@@ -439,10 +439,7 @@ int span_trim(void) {
  * in a prepare handler instead would deadlock against glibc's stdio locks, which fork takes
  * after the prepare handlers. */
 void span_after_fork(void) {
-  if (pthread_mutex_trylock(&H.lock) == 0) {
-    pthread_mutex_unlock(&H.lock);
-    return;
-  }
+  if (!fm_lock_held(&H.lock)) return;
   H.lock = (pthread_mutex_t)PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
   H.quarantine = H.top;
   H.fl_map = 0;

@@ -346,7 +346,8 @@ void tcache_after_fork(void) {
   uint32_t used = atomic_load_explicit(&fm_pool.slots_used, memory_order_relaxed), live = 0;
   for (uint32_t i = 0; i < used; i++) {
     struct fm_tcache *tc = &fm_pool.slots[i];
-    if (tc != fm_tc) atomic_store_explicit(&tc->live, 0, memory_order_relaxed);
+    if (tc != fm_tc && atomic_load_explicit(&tc->live, memory_order_relaxed))   /* (a slot's page is written only if need be) */
+      atomic_store_explicit(&tc->live, 0, memory_order_relaxed);
     live += atomic_load_explicit(&tc->live, memory_order_relaxed);
   }
   atomic_store_explicit(&fm_pool.slots_live, live, memory_order_relaxed);

@@ -191,7 +191,17 @@ static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t
     while (sum[s] && got < want) {
       uint32_t g = s * 64 + (uint32_t)__builtin_ctzll(sum[s]), q = g * 8, end = q + 8, left = 0;
       if (end > k->nblocks) end = k->nblocks;
-      for (; q < end; q++) {
+      if (q >= hw) {   /* a group never handed out: every block FREE, no state to read */
+        uint32_t n = end - q < want - got ? end - q : want - got;
+        fm_st *sq = st0 + (size_t)q * stride;
+        uint8_t *b = base + (size_t)q * k->size;
+        for (uint32_t i = 0; i < n; i++, sq += stride, b += k->size) {
+          st_store(sq, fresh);
+          p[got++] = b;
+        }
+        left = (q += n) < end;
+      }
+      for (; q < end && !left; q++) {
         fm_st *sq = st0 + (size_t)q * stride;
         if (st_load(sq) != ST_FREE) continue;
         if (got == want) {

@@ -265,6 +265,29 @@ static void span_gave(const struct fm_class *k, struct fm_shard *h, uint32_t hea
   }
 }
 
+/* Marks FREE the CACHED blocks p[i], p[i+1], ... that lie in the span of line entry e (p[i]
+ * does), setting their groups' bits in its summary sum (NULL: a span abandoned at fork, whose
+ * states stay as they are); returns the index of the first block of another span. */
+static uint32_t give_run(unsigned c, uint64_t e, void *const *p, uint32_t i, uint32_t n, uint64_t *sum) {
+  /* locals: the state stores could alias the pool's fields for the compiler */
+  const uintptr_t heap = fm_pool.heap_base, size = fm_pool.heap_size, span = (uintptr_t)(e >> 8);
+  const uintptr_t bias = fm_pool.st_bias;
+  const uint64_t magic = fm_cf.magic[c + 1];
+  const struct fm_line *lines = fm_pool.line;
+  const unsigned shift = fm_pool.chunk_shift;
+  for (; i < n; i++) {
+    uintptr_t a = (uintptr_t)p[i], off = a - heap;
+    if (off >= size || lines[off >> shift].e != e) break;
+    fm_st *st = (fm_st *)(bias + (a >> 4));
+    if (!st_cached(st_load(st))) fault_stop("a thread cache is damaged", p[i], (int)c);
+    if (!sum) continue;
+    uint32_t q = (uint32_t)(((unsigned __int128)(a - span) * magic) >> 64);
+    st_store(st, ST_FREE);
+    sum[q / 512] |= 1ull << (q / 8 % 64);
+  }
+  return i;
+}
+
 /* Takes back n CACHED blocks of class c from a thread of shard sh: a whole batch goes to the
  * shard's transfer cache while it has room, anything else to the blocks' spans, each under the
  * lock of its span's shard. Blocks of one span in a row share its look-ups (a batch freed in
@@ -283,51 +306,23 @@ void class_give(unsigned c, unsigned sh, void *const *p, uint32_t n) {
     fm_unlock(&h->lock);
   }
   h = NULL;
-  uint64_t e0 = 0, *sum = NULL;
-  uint32_t head = 0, freed = 0, gone = 0;
-  uintptr_t span_base = 0;
-  struct fm_run *r = NULL;
-  bool keep = false;   /* the span is its shard's (not abandoned at fork) */
-  /* locals: the stores below could alias the pool's fields for the compiler */
-  const uintptr_t heap = fm_pool.heap_base, size = fm_pool.heap_size, magic = fm_cf.magic[c + 1];
-  const struct fm_line *lines = fm_pool.line;
-  const unsigned shift = fm_pool.chunk_shift;
-  for (uint32_t i = 0; i < n; i++) {
-    uintptr_t off = (uintptr_t)p[i] - heap;
-    uint64_t e = off < size ? lines[off >> shift].e : 0;
-    if (e != e0) {   /* another span */
-      if ((e & 0xff) != c + 1) fault_stop("a thread cache is damaged", p[i], (int)c);
-      if (h) {
-        h->out -= gone;
-        span_gave(k, h, head, r, freed);
-      }
-      freed = gone = 0;
-      head = span_head(e);
-      r = span_rec(head);
-      sum = summary(head);
-      struct fm_shard *x = &k->sh[r->shard & (FM_SHARDS - 1)];
-      if (x != h) {
-        if (h) fm_unlock(&h->lock);
-        fm_lock(&(h = x)->lock);
-      }
-      keep = r->epoch == h->epoch;   /* a span abandoned at fork: the child leaves it */
-      span_base = (uintptr_t)(e >> 8);
-      e0 = e;
+  for (uint32_t i = 0, j; i < n; i = j) {
+    uintptr_t off = (uintptr_t)p[i] - fm_pool.heap_base;
+    uint64_t e = off < fm_pool.heap_size ? fm_pool.line[off >> fm_pool.chunk_shift].e : 0;
+    if ((e & 0xff) != c + 1) fault_stop("a thread cache is damaged", p[i], (int)c);
+    uint32_t head = span_head(e);
+    struct fm_run *r = span_rec(head);
+    struct fm_shard *x = &k->sh[r->shard & (FM_SHARDS - 1)];
+    if (x != h) {
+      if (h) fm_unlock(&h->lock);
+      fm_lock(&(h = x)->lock);
     }
-    fm_st *st = fm_st_of(p[i]);
-    gone++;
-    if (!st_cached(st_load(st))) fault_stop("a thread cache is damaged", p[i], (int)c);
-    if (!keep) continue;
-    uint32_t q = (uint32_t)(((unsigned __int128)(off - (span_base - heap)) * magic) >> 64);
-    st_store(st, ST_FREE);
-    sum[q / 512] |= 1ull << (q / 8 % 64);
-    freed++;
+    bool keep = r->epoch == h->epoch;   /* a span abandoned at fork: the child leaves it */
+    j = give_run(c, e, p, i, n, keep ? summary(head) : NULL);
+    h->out -= j - i;
+    if (keep) span_gave(k, h, head, r, j - i);
   }
-  if (h) {
-    h->out -= gone;
-    span_gave(k, h, head, r, freed);
-    fm_unlock(&h->lock);
-  }
+  if (h) fm_unlock(&h->lock);
 }
 
 void class_note(unsigned c, unsigned sh, bool borrowed) {

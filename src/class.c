@@ -10,9 +10,7 @@
 static uintptr_t chunk_addr(uint32_t i) { return fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift); }
 static struct fm_line *line(uint32_t i) { return (struct fm_line *)&fm_pool.line[i]; }
 /* The state byte of block q of the span at head. */
-static fm_st *state_of(const struct fm_class *k, uint32_t head, uint32_t q) {
-  return fm_st_of((void *)(chunk_addr(head) + (uintptr_t)q * k->size));
-}
+static fm_st *state_of(uint32_t head, uint32_t q) { return fm_st_q(chunk_addr(head), q); }
 /* Block number of p in the span at span_addr (p in it). */
 static uint32_t block_of(unsigned c, uintptr_t span_addr, const void *p) {
   return (uint32_t)(((unsigned __int128)((uintptr_t)p - span_addr) * fm_cf.magic[c + 1]) >> 64);
@@ -49,7 +47,7 @@ void *class_block(const void *p, unsigned c, fm_st **st) {
   const struct fm_class *k = &fm_pool.cls[c];
   uint32_t head, q;
   if (!locate(p, c, &head, &q)) return NULL;
-  if (st) *st = state_of(k, head, q);
+  if (st) *st = state_of(head, q);
   return (void *)(chunk_addr(head) + (uintptr_t)q * k->size);
 }
 
@@ -61,7 +59,7 @@ fm_st *class_verify(const void *p, unsigned c, enum fault_call call) {
   if ((uintptr_t)p & (FM_ALIGN - 1)) fault_bad(call, FAULT_MISALIGNED, p, (int)c);
   if (!locate(p, c, &head, &q)) fault_bad(call, FAULT_FOREIGN, p, (int)c);
   if (chunk_addr(head) + (uintptr_t)q * k->size != (uintptr_t)p) fault_bad(call, FAULT_INTERIOR, p, (int)c);
-  fm_st *st = state_of(k, head, q), s = st_load(st);
+  fm_st *st = state_of(head, q), s = st_load(st);
   if (st_live(s)) return st;
   if (s == ST_CACHED || s == ST_ZERO || s == ST_REMOTE || (s == ST_FREE && q < __atomic_load_n(&span_rec(head)->hw, __ATOMIC_RELAXED)))
     fault_bad(call, FAULT_FREED, p, (int)c);
@@ -95,7 +93,7 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     if (k->xfer_max > FM_XFER) k->xfer_max = FM_XFER;
     if (k->xfer_max < 1) k->xfer_max = 1;
     k->reserve = (uint64_t)heap_chunks * o->class_bp[c] / 10000;
-    k->stride = size / FM_ALIGN;
+    k->states = (uint32_t)((span + size - 1) / size);
     k->bucket_mul = (((uint64_t)FM_BUCKETS << 32) + n - 1) / n;   /* (nblocks - 1) * it >> 32 < FM_BUCKETS */
     for (unsigned h = 0; h < FM_SHARDS; h++) {
       pthread_mutex_init(&k->sh[h].lock, NULL);
@@ -148,9 +146,9 @@ static bool span_new(unsigned c, struct fm_shard *h) {
   int64_t got = span_alloc(k->span_chunks, c, false);
   if (got < 0) return false;
   uint32_t head = (uint32_t)got;
-  /* every granule FREE (the shadow may hold an earlier life's): then a granule that starts no
-   * block never reads LIVE, which is what free()'s fast path relies on */
-  memset(state_of(k, head, 0), ST_FREE, (size_t)k->span_chunks << (fm_pool.chunk_shift - 4));
+  /* every state FREE, also past the last block (the shadow may hold an earlier life's): then an
+   * address past it never reads LIVE, which is what free()'s fast path relies on */
+  memset(state_of(head, 0), ST_FREE, k->states);
   for (uint32_t j = 0; j < k->span_chunks; j++)
     __atomic_store_n(&line(head + j)->e, (uint64_t)chunk_addr(head) << 8 | (c + 1), __ATOMIC_RELEASE);
   uint64_t *sum = summary(head);
@@ -180,12 +178,12 @@ static void span_retire(const struct fm_class *k, struct fm_shard *h, uint32_t h
 /* ---- batches ----------------------------------------------------------------------------- */
 /* Takes up to `want` FREE blocks of span head into p, marking them CACHED (ZERO when never
  * handed out from a span made of memory that held no pages). */
-static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t head, void **p, uint32_t want) {
+static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t head, void **p, fm_st **ps, uint32_t want) {
   struct fm_run *r = span_rec(head);
   uint64_t *sum = summary(head);
   uint8_t *base = (uint8_t *)chunk_addr(head);
-  fm_st *st0 = state_of(k, head, 0);
-  uint32_t got = 0, hw = r->hw, stride = k->stride;
+  fm_st *st0 = state_of(head, 0);
+  uint32_t got = 0, hw = r->hw;
   fm_st fresh = r->flags & RUN_DIRTY ? ST_CACHED : ST_ZERO;
   for (unsigned s = 0; s < 8 && got < want; s++)
     while (sum[s] && got < want) {
@@ -193,22 +191,24 @@ static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t
       if (end > k->nblocks) end = k->nblocks;
       if (q >= hw) {   /* a group never handed out: every block FREE, no state to read */
         uint32_t n = end - q < want - got ? end - q : want - got;
-        fm_st *sq = st0 + (size_t)q * stride;
+        fm_st *sq = st0 + q;
         uint8_t *b = base + (size_t)q * k->size;
-        for (uint32_t i = 0; i < n; i++, sq += stride, b += k->size) {
+        for (uint32_t i = 0; i < n; i++, sq++, b += k->size) {
           st_store(sq, fresh);
+          ps[got] = sq;
           p[got++] = b;
         }
         left = (q += n) < end;
       }
       for (; q < end && !left; q++) {
-        fm_st *sq = st0 + (size_t)q * stride;
+        fm_st *sq = st0 + q;
         if (st_load(sq) != ST_FREE) continue;
         if (got == want) {
           left = 1;
           break;
         }
         st_store(sq, q >= hw ? fresh : ST_CACHED);
+        ps[got] = sq;
         p[got++] = base + (size_t)q * k->size;
       }
       if (q > hw) hw = q;   /* blocks below the last one looked at were handed out or are now */
@@ -225,9 +225,9 @@ static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t
 }
 
 /* Moves up to `want` blocks of class c from shard sh, fullest spans first, into p (state
- * CACHED); with grow, takes a new span from the pool when no span has a free block. Returns
- * the count. */
-uint32_t class_take(unsigned c, unsigned sh, void **p, uint32_t want, bool grow) {
+ * CACHED), and their state bytes into s; with grow, takes a new span from the pool when no
+ * span has a free block. Returns the count. */
+uint32_t class_take(unsigned c, unsigned sh, void **p, fm_st **s, uint32_t want, bool grow) {
   struct fm_class *k = &fm_pool.cls[c];
   struct fm_shard *h = &k->sh[sh];
   uint32_t got = 0;
@@ -236,12 +236,13 @@ uint32_t class_take(unsigned c, unsigned sh, void **p, uint32_t want, bool grow)
     h->xfer_n--;
     memcpy(p, h->xfer_p[h->xfer_n], want * sizeof *p);
     fm_unlock(&h->lock);
+    for (uint32_t i = 0; i < want; i++) s[i] = fm_st_of(p[i]);
     return want;   /* they never left the shard's count of blocks out */
   }
   while (got < want) {
     if (!h->bucket_map && (!grow || !span_new(c, h))) break;
     uint32_t head = h->bucket[__builtin_ctz(h->bucket_map)] - 1;
-    got += span_take(k, h, head, p + got, want - got);
+    got += span_take(k, h, head, p + got, s + got, want - got);
   }
   h->out += got;
   if (h->out > h->peak) h->peak = h->out;
@@ -271,17 +272,17 @@ static void span_gave(const struct fm_class *k, struct fm_shard *h, uint32_t hea
 static uint32_t give_run(unsigned c, uint64_t e, void *const *p, uint32_t i, uint32_t n, uint64_t *sum) {
   /* locals: the state stores could alias the pool's fields for the compiler */
   const uintptr_t heap = fm_pool.heap_base, size = fm_pool.heap_size, span = (uintptr_t)(e >> 8);
-  const uintptr_t bias = fm_pool.st_bias;
+  const uintptr_t states = (uintptr_t)fm_st_q(span, 0);
   const uint64_t magic = fm_cf.magic[c + 1];
   const struct fm_line *lines = fm_pool.line;
   const unsigned shift = fm_pool.chunk_shift;
   for (; i < n; i++) {
     uintptr_t a = (uintptr_t)p[i], off = a - heap;
     if (off >= size || lines[off >> shift].e != e) break;
-    fm_st *st = (fm_st *)(bias + (a >> 4));
+    uint32_t q = (uint32_t)(((unsigned __int128)(a - span) * magic) >> 64);
+    fm_st *st = (fm_st *)(states + q);
     if (!st_cached(st_load(st))) fault_stop("a thread cache is damaged", p[i], (int)c);
     if (!sum) continue;
-    uint32_t q = (uint32_t)(((unsigned __int128)(a - span) * magic) >> 64);
     st_store(st, ST_FREE);
     sum[q / 512] |= 1ull << (q / 8 % 64);
   }
@@ -382,7 +383,7 @@ int class_check(unsigned c) {
         if ((fm_pool.line[head].e & 0xff) != c + 1 || r->bucket != b || bucket_of(k, r->nfree) != b || r->shard != i) faults++;
         uint32_t nfree = 0;
         for (uint32_t q = 0; q < k->nblocks; q++) {
-          fm_st s = st_load(state_of(k, head, q));
+          fm_st s = st_load(state_of(head, q));
           if (s == ST_FREE) {
             nfree++;
             if (!(summary(head)[q / 512] >> (q / 8 % 64) & 1)) faults++;

@@ -11,7 +11,7 @@
 static always_inline void *fm_pop(struct fm_tcache *tc, unsigned c1, bool *zero) {
   void **top = --tc->top[c1];
   void *p = *top;
-  fm_st *st = fm_st_of(p);
+  fm_st *st = *fm_bin_st(top);
   if (zero) *zero = st_load(st) == ST_ZERO;
   st_store(st, tc->tag);
   return p;
@@ -28,21 +28,23 @@ static always_inline void *fm_alloc(size_t size) {
   return fm_malloc_slow(size);
 }
 
-/* ptr must be 16-aligned, in a span (its chunk's line names a class: chunks of no class have
- * the bin of no room, index 0), and its state must be this thread's LIVE: a span's granules
- * that start no block read FREE (span_new clears them), so that alone tells a block start.
- * The freed block itself is never read or written. */
+/* ptr must start a block of a span (one multiplication by its class's magic: the high half
+ * is the block's number, the low half below the magic iff ptr is a block start; chunks of no
+ * class have magic 0 and the bin of no room, index 0) and its state must be this thread's
+ * LIVE. The freed block itself is never read or written. */
 static always_inline void fm_free(void *ptr) {
-  fm_st *st = fm_st_of(ptr);
-  __builtin_prefetch(st, 1);
   uintptr_t ch = ((uintptr_t)ptr - fm_pool.heap_base) >> fm_pool.chunk_shift;
-  if (likely(ch < fm_pool.heap_chunks && !((uintptr_t)ptr & (FM_ALIGN - 1)))) {
-    unsigned c1 = (uint8_t)fm_pool.line[ch].e;
+  if (likely(ch < fm_pool.heap_chunks)) {
+    uint64_t e = fm_pool.line[ch].e, magic = fm_cf.magic[(uint8_t)e];
+    unsigned c1 = (uint8_t)e;
+    unsigned __int128 m = (unsigned __int128)((uintptr_t)ptr - (e >> 8)) * magic;
+    fm_st *st = fm_st_q((uintptr_t)(e >> 8), (uint64_t)(m >> 64));
     struct fm_tcache *tc = fm_tc;
     void **top = tc->top[c1];
-    if (likely(*st == tc->tag && top < tc->lim[c1])) {   /* plain: its owner is the only writer */
+    if (likely((uint64_t)m < magic && *st == tc->tag && top < tc->lim[c1])) {   /* plain: its owner is the only writer */
       st_store(st, ST_CACHED);
       *top = ptr;
+      *fm_bin_st(top) = st;
       tc->top[c1] = top + 1;
       return;
     }

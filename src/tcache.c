@@ -69,6 +69,7 @@ static void bin_flush(struct fm_tcache *tc, unsigned c, uint32_t n) {
   class_give(c, tc->shard, tc->p[c1], n);
   uint32_t left = cached(tc, c1) - n;
   memmove(tc->p[c1], tc->p[c1] + n, left * sizeof tc->p[c1][0]);
+  memmove(tc->s[c1], tc->s[c1] + n, left * sizeof tc->s[c1][0]);
   tc->top[c1] -= n;
 }
 
@@ -106,7 +107,7 @@ static bool bin_grow(struct fm_tcache *tc, unsigned c, uint32_t more) {
  * state before it trusts the link. */
 static uintptr_t mix(const void *p) { return fm_pool.key ^ (uintptr_t)p; }
 
-static void put(struct fm_tcache *tc, void *p, unsigned c);
+static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st);
 
 /* Takes up to `most` blocks of tc's remote stack home: into to's caches, or with to NULL
  * straight to their classes. */
@@ -125,7 +126,7 @@ static void remote_collect(struct fm_tcache *tc, struct fm_tcache *to, uint32_t 
     if (st_load(st) != ST_REMOTE) fault_stop("double free (by two threads at once)", p, c);
     __atomic_store_n(&tc->pending, *(uintptr_t *)p ^ mix(p), __ATOMIC_RELAXED);
     st_store(st, ST_CACHED);
-    if (to) put(to, p, (unsigned)c);
+    if (to) put(to, p, (unsigned)c, st);
     else class_give((unsigned)c, tc->shard, &p, 1);
   }
 }
@@ -232,22 +233,23 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
   for (unsigned k = c; k <= last; k++) {
     unsigned k1 = k + 1;
     void *p;
+    fm_st *st;
     if (tc->base[k1]) {
       uint32_t batch = fm_pool.cls[k].batch;
       if (tc->top[k1] == tc->base[k1]) {
         if (room(tc, k1) < batch) bin_grow(tc, k, batch - room(tc, k1));
         uint32_t want = room(tc, k1) < batch ? room(tc, k1) : batch;
-        if (want) tc->top[k1] = tc->base[k1] + class_take(k, tc->shard, tc->p[k1], want, k == c);
+        if (want) tc->top[k1] = tc->base[k1] + class_take(k, tc->shard, tc->p[k1], tc->s[k1], want, k == c);
       }
       if (tc->top[k1] != tc->base[k1]) {
         p = *--tc->top[k1];
-      } else if (room(tc, k1) || !class_take(k, tc->shard, &p, 1, k == c)) {
+        st = *fm_bin_st(tc->top[k1]);
+      } else if (room(tc, k1) || !class_take(k, tc->shard, &p, &st, 1, k == c)) {
         goto next;
       }
-    } else if (!class_take(k, tc->shard, &p, 1, k == c)) {
+    } else if (!class_take(k, tc->shard, &p, &st, 1, k == c)) {
       goto next;
     }
-    fm_st *st = fm_st_of(p);
     if (zero) *zero = st_load(st) == ST_ZERO;
     st_store(st, tc->tag);
     if (k != c) class_note(k, tc->shard, true);
@@ -282,9 +284,9 @@ void tcache_native_setup(void) {
 void *tcache_alloc_direct(unsigned c, bool borrow) { return take(tc_native, c, borrow, NULL); }
 
 /* ---- flush ------------------------------------------------------------------------------- */
-/* Caches CACHED block p of class c in tc, or gives it back to the class when tc has no bin
- * for it or no room within its budget. */
-static void put(struct fm_tcache *tc, void *p, unsigned c) {
+/* Caches CACHED block p of class c (st its state) in tc, or gives it back to the class when tc
+ * has no bin for it or no room within its budget. */
+static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
   unsigned c1 = c + 1;
   if (!tc->base[c1]) {   /* no slot, or under Valgrind: no caching */
     class_give(c, tc->shard, &p, 1);
@@ -299,6 +301,7 @@ static void put(struct fm_tcache *tc, void *p, unsigned c) {
       return;
     }
   }
+  *fm_bin_st(tc->top[c1]) = st;
   *tc->top[c1]++ = p;
 }
 
@@ -320,12 +323,12 @@ void tcache_free(void *p, unsigned c, fm_st *st) {
       return;
     }
   }
-  put(tc, p, c);
+  put(tc, p, c, st);
 }
 
 void tcache_free_direct(void *p, unsigned c, fm_st *st) {
   st_store(st, ST_CACHED);   /* one native call at a time, no program thread running */
-  put(tc_native, p, c);
+  put(tc_native, p, c, st);
 }
 
 /* Sends the calling thread's outbox and takes its remote stack home (for the statistics and
@@ -381,7 +384,7 @@ int tcache_check(void) {
       for (uint32_t j = 0; j < cached(tc, c1) && j < FM_CACHE_MAX; j++) {
         fm_st *st;
         void *p = tc->p[c1][j];
-        if (class_at(p) != (int)c || class_block(p, c, &st) != p || !st_cached(st_load(st))) faults++;
+        if (class_at(p) != (int)c || class_block(p, c, &st) != p || !st_cached(st_load(st)) || st != tc->s[c1][j]) faults++;
       }
     }
     if (bytes != tc->cap_bytes) faults++;

@@ -29,18 +29,18 @@
  * on different shards share no lock, no span and no state line; a batch given back goes to the
  * shard of each block's span. A span whose blocks are all free returns to the heap.
  *
- * BLOCK STATE. Every 16-byte granule of the heap has a state byte in the shadow, a meta array
- * below the heap (so no overflow from a block reaches it): the byte of a block's first granule
- * is its state, at shadow + (address - heap_base) / 16. Bytes of larger blocks are further
- * apart (one per line of shadow at 1 KiB), so threads holding neighbouring blocks rarely write
- * one line. A state is FREE (in its span; 0, so fresh memory needs no set-up),
- * CACHED (in a thread cache; ZERO when it was never handed out and its pages never written),
- * REMOTE (freed by a thread that does not own it, on its owner's remote stack) or LIVE: OWNED
- * + slot when a thread with a cache handed it out, LIVE when a thread without one did. A new
- * span's granules all read FREE, so a granule that starts no block is never LIVE: free()'s fast
- * path needs no more than the state to know a block start. The slow paths find block q of a
- * span from an address by one multiplication by the class's magic (q = high half, and the low
- * half < magic iff the address is a block start).
+ * BLOCK STATE. Every block has a state byte in the shadow, a meta array below the heap (so no
+ * overflow from a block reaches it) with 1/16 byte per heap byte: a span's states are packed
+ * from the start of its part of the shadow, block q's at shadow + (span - heap_base) / 16 + q.
+ * Packed, a large heap's states stay in cache (262,144 blocks: 256 KiB) where one byte per
+ * 16-byte granule put each block of 1 KiB on a line of its own; free() finds q by one
+ * multiplication by the class's magic (q = high half, and the low half < magic iff the address
+ * is a block start). A thread cache keeps each cached block's state address beside it, so
+ * malloc() writes the state without looking the span up. A state is FREE (in its span; 0, so
+ * fresh memory needs no set-up), CACHED (in a thread cache; ZERO when it was never handed out
+ * and its pages never written), REMOTE (freed by a thread that does not own it, on its owner's
+ * remote stack) or LIVE: OWNED + slot when a thread with a cache handed it out, LIVE when a
+ * thread without one did.
  *
  * ONE WRITER PER STATE. The thread whose slot owns a LIVE block is the only one that writes its
  * state with plain stores: free() of its own block (LIVE -> CACHED) and malloc() (CACHED -> its
@@ -150,8 +150,8 @@ struct fm_line {
 };
 
 /* A thread cache slot: per class (indexed by class + 1, as the page map and the size table
- * name classes), its free blocks p[c1][base..top), newest last. free() pushes while top < lim;
- * an empty cache (NULL, NULL, NULL) sends every call to the slow path. Slots live in the
+ * name classes), its free blocks p[c1][base..top), newest last, and their state bytes in s.
+ * free() pushes while top < lim; an empty cache (NULL, NULL, NULL) sends every call to the slow path. Slots live in the
  * pool's meta area and are recycled through a lock-free stack, so statistics can read every
  * slot without the threads' help. The remote stack is written by other threads: its own line. */
 #define FM_BINS (FM_CLASS_MAX + 1)
@@ -173,7 +173,11 @@ struct fm_tcache {
   cacheline_aligned _Atomic uintptr_t remote;   /* blocks other threads freed (mangled links) */
   _Atomic uint32_t draining;  /* a thread drains the stack of a slot no thread holds */
   cacheline_aligned void *p[FM_BINS][FM_CACHE_MAX];
+  fm_st *s[FM_BINS][FM_CACHE_MAX];   /* the state byte of each block in p, FM_BIN_ST entries on */
 };
+#define FM_BIN_ST (FM_BINS * FM_CACHE_MAX)
+/* The state byte's entry beside the bin entry e (in some slot's p). */
+static inline fm_st **fm_bin_st(void **e) { return (fm_st **)(e + FM_BIN_ST); }
 
 /* A shard of a class: its spans with free blocks (by occupancy), a transfer cache, counters. */
 #define FM_BUCKETS 8u
@@ -193,7 +197,7 @@ struct fm_shard {
 struct fm_class {
   uint32_t size, batch, nblocks, span_chunks;
   uint32_t xfer_max;                  /* batches a shard's transfer cache holds */
-  uint32_t stride;                    /* size / 16: state bytes from one block's to the next's */
+  uint32_t states;                    /* state bytes of a span: one per multiple of size below its end */
   uint64_t bucket_mul;                /* 2^32 * FM_BUCKETS / nblocks, rounded up (bucket_of) */
   uint64_t reserve;                   /* chunks held for this class (FLATMALLOC_CLASSES percent) */
   struct fm_shard sh[FM_SHARDS];
@@ -276,7 +280,16 @@ hidden extern struct fm_cf fm_cf;
 hidden extern __thread struct fm_tcache *fm_tc __attribute__((tls_model("initial-exec")));
 hidden extern struct fm_tcache fm_tc_empty;
 
-/* The state byte of the block that starts at p (p in the heap). */
-static inline fm_st *fm_st_of(const void *p) { return (fm_st *)(fm_pool.st_bias + ((uintptr_t)p >> 4)); }
+/* The line entry of p's chunk (p in the heap). */
+static inline uint64_t fm_line_of(const void *p) { return fm_pool.line[((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift].e; }
+/* The state byte of block q of the span at span_addr. */
+static inline fm_st *fm_st_q(uintptr_t span_addr, uint64_t q) { return (fm_st *)(fm_pool.st_bias + (span_addr >> 4) + q); }
+/* The state byte of p, a block start in the span of line entry e. */
+static inline fm_st *fm_st_at(uint64_t e, const void *p) {
+  uintptr_t span = (uintptr_t)(e >> 8);
+  return fm_st_q(span, (uint64_t)(((unsigned __int128)((uintptr_t)p - span) * fm_cf.magic[e & 0xff]) >> 64));
+}
+/* The state byte of p, a block start in a span. */
+static inline fm_st *fm_st_of(const void *p) { return fm_st_at(fm_line_of(p), p); }
 
 #endif

@@ -53,6 +53,17 @@ static void pages_set(uint32_t from, uint32_t len) {
   }
 }
 
+/* Chunks of [from, from+len) whose bit is set. */
+static uint32_t pages_count(uint32_t from, uint32_t len) {
+  uint32_t n = 0;
+  for (uint32_t i = from, end = from + len; i < end;) {
+    uint32_t w = i / 64, b = i % 64, k = end - i < 64 - b ? end - i : 64 - b;
+    n += (uint32_t)__builtin_popcountll(H.pages[w] & (k == 64 ? ~0ull : ((1ull << k) - 1) << b));
+    i += k;
+  }
+  return n;
+}
+
 /* Read under a class's lock, for chunks of its own span, whose bits do not change while the
  * span lives; the word's other bits may (the writers, under H.lock, change them atomically). */
 bool span_chunk_dirty(uint32_t i) { return __atomic_load_n(&H.pages[i / 64], __ATOMIC_RELAXED) >> (i % 64) & 1; }
@@ -261,11 +272,21 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
   if (!may_take(owner, len)) return -1;
   uint32_t h = list_find(len);
   if (h) {
-    uint32_t i = h - 1, have = R(i)->len, dirty = R(i)->dirty;
+    uint32_t i = h - 1, have = R(i)->len, dirty = R(i)->dirty, clean = R(i)->clean;
     uint32_t rest = have - len;
-    put_back(i + len, rest, dirty < rest ? dirty : rest);
-    mark_used(i, len, kind, owner);
-    return i;
+    /* A release gives a run's pages back from its front: when it has begun, the back is where
+     * the pages are, and taking them spares both the page faults and growing the heap's RSS
+     * while old pages wait. Otherwise the front, so the heap fills from the bottom. */
+    uint32_t at = clean > i ? i + rest : i, had = pages_count(at, len);
+    uint32_t left = dirty > had ? dirty - had : 0;   /* still an upper bound */
+    if (at == i) {
+      put_back(i + len, rest, left < rest ? left : rest);
+    } else {
+      list_insert(i, rest, left < rest ? left : rest);
+      R(i)->clean = clean;
+    }
+    mark_used(at, len, kind, owner);
+    return at;
   }
   /* grow the free run that ends at top, or cut from top */
   uint32_t i = H.top, tail_dirty = 0;

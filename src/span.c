@@ -302,21 +302,15 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
   if (!may_take(owner, len)) return -1;
   uint32_t h = list_find(len);
   if (h) {
-    uint32_t i = h - 1, have = R(i)->len, dirty = R(i)->dirty, clean = R(i)->clean;
-    uint32_t rest = have - len;
-    /* A release gives a run's pages back from its front: when it has begun, the back is where
-     * the pages are, and taking them spares both the page faults and growing the heap's RSS
-     * while old pages wait. Otherwise the front, so the heap fills from the bottom. */
-    uint32_t at = clean > i ? i + rest : i, had = pages_count(at, len);
+    uint32_t i = h - 1, have = R(i)->len, dirty = R(i)->dirty;
+    uint32_t rest = have - len, had = pages_count(i, len);
     uint32_t left = dirty > had ? dirty - had : 0;   /* still an upper bound */
-    if (at == i) {
-      put_back(i + len, rest, left < rest ? left : rest);
-    } else {
-      list_insert(i, rest, left < rest ? left : rest);
-      R(i)->clean = clean;
-    }
-    mark_used(at, len, kind, owner);
-    return at;
+    /* From the front, though a release gives pages back from the front too: cut from the
+     * back, runs freed later merge in front of the rest and reset its clean mark, so each
+     * release scans only the given-back front (RELEASE_WORDS) and the excess stops draining. */
+    put_back(i + len, rest, left < rest ? left : rest);
+    mark_used(i, len, kind, owner);
+    return i;
   }
   /* grow the free run that ends at top, or cut from top */
   uint32_t i = H.top, tail_dirty = 0;

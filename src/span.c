@@ -239,11 +239,15 @@ static uint64_t budget_recent(uint64_t budget) {
   return peak > budget ? peak : budget;
 }
 
+/* The budget; the recent peak (and the clock) only when the pages are over the rest of it. */
+static uint64_t budget_now(void) {
+  uint64_t budget = H.retain > 2 * H.used ? H.retain : 2 * H.used;
+  return H.dirty > budget && H.delay ? budget_recent(budget) : budget;
+}
+
 static void release_over_budget(uint32_t moved) {
   if (fm_pool.native) return;   /* no system call in native code (check.c): pages stay until malloc_trim */
-  uint64_t budget = H.retain > 2 * H.used ? H.retain : 2 * H.used;
-  if (H.dirty <= budget) return;
-  if (H.delay) budget = budget_recent(budget);
+  uint64_t budget = budget_now();
   uint32_t most = 2 * moved + RELEASE_CHUNKS;   /* the excess grows by up to twice what is freed */
   for (unsigned k = 0; k < 2 && H.dirty > budget && H.oldest && most; k++) {
     uint32_t got = release_run(H.oldest - 1, RELEASE_WORDS + moved / 32, most);
@@ -309,6 +313,7 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
      * back, runs freed later merge in front of the rest and reset its clean mark, so each
      * release scans only the given-back front (RELEASE_WORDS) and the excess stops draining. */
     put_back(i + len, rest, left < rest ? left : rest);
+    if (rest && R(i)->clean > i + len) R(i + len)->clean = R(i)->clean;   /* the rest's front went back */
     mark_used(i, len, kind, owner);
     return i;
   }
@@ -386,9 +391,10 @@ void span_free(uint32_t i) {
   H.used -= len;
   hold(owner, -(int64_t)len);
   pages_set(i, len);
-  uint32_t dirty = len;
+  uint32_t dirty = len, behind = 0;
   if (i + len < H.top && R(i + len)->kind == RUN_FREE) {
     uint32_t n = i + len;
+    if (R(n)->clean > n) behind = R(n)->clean;   /* its front was given back */
     dirty += R(n)->dirty;
     len += R(n)->len;
     list_remove(n);
@@ -400,12 +406,16 @@ void span_free(uint32_t i) {
       dirty += R(p)->dirty;
       len += R(p)->len;
       clean = R(p)->clean;   /* what a release already gave back stays given back */
+      behind = 0;
       list_remove(p);
       i = p;
     }
   }
   list_insert(i, len, dirty);
   R(i)->clean = clean;
+  /* Merged in front of a given-back front, the run would hide it from the releases' bounded
+   * scan, and a heap freed downwards would never drain: over budget, its pages go now. */
+  if (behind && !fm_pool.native && H.dirty > budget_now() && release_run(i, 1, freed) == freed) R(i)->clean = behind;
   release_over_budget(freed);
 out:
   fm_unlock(&H.lock);

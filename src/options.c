@@ -148,6 +148,17 @@ static const char *opt_retain(const char *v, struct fm_options *o) {
   return why;
 }
 
+/* Milliseconds, a whole number up to a day. */
+static const char *opt_retain_delay(const char *v, struct fm_options *o) {
+  uint32_t n = 0;
+  const char *s = v;
+  for (; *s >= '0' && *s <= '9'; s++)
+    if ((n = n * 10 + (uint32_t)(*s - '0')) > 86400000) return "longer than a day (86400000)";
+  if (!*v || *s) return "expected milliseconds (a whole number, 0 for none)";
+  o->retain_delay = n;
+  return NULL;
+}
+
 static const char *opt_prefault(const char *v, struct fm_options *o) { return parse_bool(v, &o->prefault); }
 static const char *opt_stats(const char *v, struct fm_options *o) { return parse_bool(v, &o->stats); }
 static const char *opt_check(const char *v, struct fm_options *o) { return parse_bool(v, &o->check); }
@@ -199,6 +210,7 @@ static const struct option options[] = {
    "size classes, each with an optional reservation in percent of the pool: size[:percent],..."},
   {"FLATMALLOC_LARGE", "0", opt_large, "percent of the pool reserved for blocks above the largest class"},
   {"FLATMALLOC_RETAIN", "64M", opt_retain, "free large memory kept resident before pages go back"},
+  {"FLATMALLOC_RETAIN_DELAY", "1000", opt_retain_delay, "ms the pages of a shrinking heap stay before going back"},
   {"FLATMALLOC_PREFAULT", "0", opt_prefault, "1: commit every page of the pool at start-up"},
   {"FLATMALLOC_STATS", "0", opt_stats, "1: print statistics to stderr at exit"},
   {"FLATMALLOC_CHECK", "0", opt_check, "1: checking mode (headers, canaries, abort on misuse)"},
@@ -285,7 +297,7 @@ void options_check_room(const struct fm_options *o, uint32_t heap_chunks) {
 }
 
 void options_read(struct fm_options *o) {
-  *o = (struct fm_options){.retain = FM_RETAIN_DEFAULT, .heap_sample = 512u << 10};
+  *o = (struct fm_options){.retain = FM_RETAIN_DEFAULT, .retain_delay = 1000, .heap_sample = 512u << 10};
   if (opt_classes(default_classes, o)) options_fail("FLATMALLOC_CLASSES", default_classes, "bad default");
   /* In a setuid or setgid program the environment is the caller's: no setting of theirs may
    * change the pool, print the heap's layout or stop the program (glibc ignores its tunables
@@ -309,8 +321,9 @@ void options_read(struct fm_options *o) {
     if (!opt)
       options_fail(name, value,
                    "unknown setting (known: FLATMALLOC_POOL, FLATMALLOC_CLASSES, FLATMALLOC_LARGE, "
-                   "FLATMALLOC_RETAIN, FLATMALLOC_PREFAULT, FLATMALLOC_STATS, FLATMALLOC_CHECK, "
-                   "FLATMALLOC_PROFILE, FLATMALLOC_HEAP, FLATMALLOC_HEAP_SAMPLE, FLATMALLOC_HEAP_SIGNAL)");
+                   "FLATMALLOC_RETAIN, FLATMALLOC_RETAIN_DELAY, FLATMALLOC_PREFAULT, FLATMALLOC_STATS, "
+                   "FLATMALLOC_CHECK, FLATMALLOC_PROFILE, FLATMALLOC_HEAP, FLATMALLOC_HEAP_SAMPLE, "
+                   "FLATMALLOC_HEAP_SIGNAL)");
     const char *why = opt->parse(value, o);
     if (why) options_fail(name, value, why);
     if (opt->parse == opt_classes) o->classes_text = value;

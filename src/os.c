@@ -1,4 +1,5 @@
-/* The only file that calls mmap, madvise, mincore, getrandom, getrlimit and getauxval. */
+/* The only file that calls mmap, madvise, mincore, getrandom, getrlimit, getauxval and
+ * clock_gettime. */
 #include "os.h"
 
 #include <errno.h>
@@ -10,6 +11,7 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/sysinfo.h>
+#include <time.h>
 #include <unistd.h>
 
 void *os_reserve(size_t size, int prefault, int commit) {
@@ -59,6 +61,14 @@ size_t os_page_size(void) {
   static size_t page;
   if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
   return page;
+}
+
+uint64_t os_clock_ms(void) {
+  int saved = errno;
+  struct timespec t;
+  uint64_t ms = clock_gettime(CLOCK_MONOTONIC_COARSE, &t) == 0 ? (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000 : 0;
+  errno = saved;
+  return ms;
 }
 
 uint64_t os_physical_memory(void) {

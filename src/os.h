@@ -24,6 +24,10 @@ hidden bool os_release(void *p, size_t size);
 /* Bytes of [p, p+size) that are resident. */
 hidden size_t os_resident(const void *p, size_t size);
 hidden size_t os_page_size(void);
+/* Milliseconds on a clock that never goes back (CLOCK_MONOTONIC_COARSE: a few milliseconds'
+ * resolution, read in the vDSO without a system call where the kernel offers it). Allocates
+ * nothing, keeps errno; 0 when the clock cannot be read. */
+hidden uint64_t os_clock_ms(void);
 hidden uint64_t os_physical_memory(void);
 /* The soft RLIMIT_AS in bytes (the process's whole address space), UINT64_MAX when unlimited. */
 hidden uint64_t os_address_limit(void);

@@ -9,10 +9,16 @@
  *
  * Pages. A bit per chunk says it may hold pages (it was handed out and has not been given
  * back since). Free runs that may hold pages wait in a FIFO, oldest first; when the chunks
- * they hold pass the budget, max(FLATMALLOC_RETAIN, twice the chunks in use), each release gives
- * back pages of the oldest runs: at most twice the chunks it released plus RELEASE_CHUNKS,
- * scanning at most RELEASE_WORDS words of the bitmap, so a free's work stays proportional to
- * what it freed, and what is over the budget drains over the next frees. */
+ * they hold pass the budget, each free or take of a run gives back pages of the oldest runs:
+ * at most twice the chunks it moved plus RELEASE_CHUNKS, scanning at most RELEASE_WORDS words
+ * of the bitmap, so a call's work stays proportional to its run, and what is over the budget
+ * drains over the next calls. The budget is max(FLATMALLOC_RETAIN, twice the chunks in use,
+ * the most chunks in use in this window and the one before), windows being
+ * FLATMALLOC_RETAIN_DELAY long: a heap that shrinks keeps the pages it needed a moment ago
+ * for between one and two delays, so a program that frees all and allocates it again faults
+ * no page in, and one that stays small gets them back. The clock is read only when the pages
+ * are over the rest of the budget; no thread runs in the background, so the pages go back on
+ * the next calls after the delay, or on malloc_trim. */
 #include <string.h>
 
 #include "internal.h"
@@ -37,6 +43,8 @@ static struct {
   uint32_t oldest, newest;              /* release FIFO, chunk index + 1 */
   uint64_t used, used_peak, listed, dirty, released;
   uint64_t retain;                      /* chunks */
+  uint64_t delay, window;               /* ms: FLATMALLOC_RETAIN_DELAY; when this window began */
+  uint64_t peak_now, peak_before;       /* the most chunks in use in this window, in the one before */
   uint64_t held[FM_CLASS_MAX + 1], reserve[FM_CLASS_MAX + 1];
   uint64_t outstanding;                 /* sum of max(0, reserve - held) */
 } H = {.lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP};
@@ -51,6 +59,17 @@ static void pages_set(uint32_t from, uint32_t len) {
     __atomic_fetch_or(&H.pages[w], n == 64 ? ~0ull : ((1ull << n) - 1) << b, __ATOMIC_RELAXED);
     i += n;
   }
+}
+
+/* Chunks of [from, from+len) whose bit is set. */
+static uint32_t pages_count(uint32_t from, uint32_t len) {
+  uint32_t n = 0;
+  for (uint32_t i = from, end = from + len; i < end;) {
+    uint32_t w = i / 64, b = i % 64, k = end - i < 64 - b ? end - i : 64 - b;
+    n += (uint32_t)__builtin_popcountll(H.pages[w] & (k == 64 ? ~0ull : ((1ull << k) - 1) << b));
+    i += k;
+  }
+  return n;
 }
 
 /* Read under a class's lock, for chunks of its own span, whose bits do not change while the
@@ -199,12 +218,39 @@ static uint32_t release_run(uint32_t i, uint32_t words, uint32_t most) {
   return freed;
 }
 
-static void release_over_budget(uint32_t just_freed) {
-  if (fm_pool.native) return;   /* no system call in native code (check.c): pages stay until malloc_trim */
+static void used_add(uint32_t len) {
+  H.used += len;
+  if (H.used > H.used_peak) H.used_peak = H.used;
+  if (H.used > H.peak_now) H.peak_now = H.used;
+}
+
+/* Raises budget to the most chunks in use in the last one to two delays. Windows move on only
+ * here: one that outlived its delay while nothing was over budget becomes the window before,
+ * however long it was, so its peak still counts for one delay from now (kept too long, never
+ * too short). */
+static uint64_t budget_recent(uint64_t budget) {
+  uint64_t now = os_clock_ms();
+  if (now - H.window >= H.delay) {
+    H.peak_before = H.peak_now;
+    H.peak_now = H.used;
+    H.window = now;
+  }
+  uint64_t peak = H.peak_now > H.peak_before ? H.peak_now : H.peak_before;
+  return peak > budget ? peak : budget;
+}
+
+/* The budget; the recent peak (and the clock) only when the pages are over the rest of it. */
+static uint64_t budget_now(void) {
   uint64_t budget = H.retain > 2 * H.used ? H.retain : 2 * H.used;
-  uint32_t most = 2 * just_freed + RELEASE_CHUNKS;   /* the excess grows by up to twice what is freed */
+  return H.dirty > budget && H.delay ? budget_recent(budget) : budget;
+}
+
+static void release_over_budget(uint32_t moved) {
+  if (fm_pool.native) return;   /* no system call in native code (check.c): pages stay until malloc_trim */
+  uint64_t budget = budget_now();
+  uint32_t most = 2 * moved + RELEASE_CHUNKS;   /* the excess grows by up to twice what is freed */
   for (unsigned k = 0; k < 2 && H.dirty > budget && H.oldest && most; k++) {
-    uint32_t got = release_run(H.oldest - 1, RELEASE_WORDS + just_freed / 32, most);
+    uint32_t got = release_run(H.oldest - 1, RELEASE_WORDS + moved / 32, most);
     most = got < most ? most - got : 0;
   }
 }
@@ -237,8 +283,7 @@ static bool commit_to(uint32_t to) {
 static void mark_used(uint32_t i, uint32_t len, uint8_t kind, unsigned owner) {
   *R(i) = (struct fm_run){.len = len, .kind = kind, .cls = (uint8_t)owner};
   R(i + len - 1)->head = i;
-  H.used += len;
-  if (H.used > H.used_peak) H.used_peak = H.used;
+  used_add(len);
   hold(owner, len);
 }
 
@@ -262,8 +307,13 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
   uint32_t h = list_find(len);
   if (h) {
     uint32_t i = h - 1, have = R(i)->len, dirty = R(i)->dirty;
-    uint32_t rest = have - len;
-    put_back(i + len, rest, dirty < rest ? dirty : rest);
+    uint32_t rest = have - len, had = pages_count(i, len);
+    uint32_t left = dirty > had ? dirty - had : 0;   /* still an upper bound */
+    /* From the front, though a release gives pages back from the front too: cut from the
+     * back, runs freed later merge in front of the rest and reset its clean mark, so each
+     * release scans only the given-back front (RELEASE_WORDS) and the excess stops draining. */
+    put_back(i + len, rest, left < rest ? left : rest);
+    if (rest && R(i)->clean > i + len) R(i + len)->clean = R(i)->clean;   /* the rest's front went back */
     mark_used(i, len, kind, owner);
     return i;
   }
@@ -293,6 +343,7 @@ void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t 
   H.pages = pages;
   H.nchunks = nchunks;
   H.retain = retain_bytes >> fm_pool.chunk_shift;
+  H.delay = fm_pool.opt.retain_delay;
   H.committed = fm_pool.lazy_commit ? 0 : nchunks;   /* the first span commits the first tables */
   for (unsigned c = 0; c < fm_pool.nclass; c++) H.reserve[c] = fm_pool.cls[c].reserve;
   H.reserve[FM_CLASS_MAX] = (uint64_t)nchunks * fm_pool.opt.large_bp / 10000;
@@ -302,6 +353,7 @@ void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t 
 int64_t span_alloc(uint32_t len, unsigned owner, bool large) {
   fm_lock(&H.lock);
   int64_t i = take(len, owner, large ? RUN_LARGE : RUN_SPAN);
+  if (i >= 0) release_over_budget(len);
   fm_unlock(&H.lock);
   return i;
 }
@@ -323,6 +375,7 @@ int64_t span_alloc_aligned(uint32_t len, size_t align) {
     put_back(a + len, back, back);   /* counted as holding pages: a release finds out */
     if (front) list_insert((uint32_t)i, front, front);
     i = a;
+    release_over_budget(len);
   }
   fm_unlock(&H.lock);
   return i;
@@ -338,9 +391,10 @@ void span_free(uint32_t i) {
   H.used -= len;
   hold(owner, -(int64_t)len);
   pages_set(i, len);
-  uint32_t dirty = len;
+  uint32_t dirty = len, behind = 0;
   if (i + len < H.top && R(i + len)->kind == RUN_FREE) {
     uint32_t n = i + len;
+    if (R(n)->clean > n) behind = R(n)->clean;   /* its front was given back */
     dirty += R(n)->dirty;
     len += R(n)->len;
     list_remove(n);
@@ -352,12 +406,16 @@ void span_free(uint32_t i) {
       dirty += R(p)->dirty;
       len += R(p)->len;
       clean = R(p)->clean;   /* what a release already gave back stays given back */
+      behind = 0;
       list_remove(p);
       i = p;
     }
   }
   list_insert(i, len, dirty);
   R(i)->clean = clean;
+  /* Merged in front of a given-back front, the run would hide it from the releases' bounded
+   * scan, and a heap freed downwards would never drain: over budget, its pages go now. */
+  if (behind && !fm_pool.native && H.dirty > budget_now() && release_run(i, 1, freed) == freed) R(i)->clean = behind;
   release_over_budget(freed);
 out:
   fm_unlock(&H.lock);
@@ -396,8 +454,7 @@ bool span_resize(uint32_t i, uint32_t len) {
   if (ok) {
     r->len = len;
     R(i + len - 1)->head = i;
-    H.used += more;
-    if (H.used > H.used_peak) H.used_peak = H.used;
+    used_add(more);
     hold(FM_CLASS_MAX, more);
   }
 out:

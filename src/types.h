@@ -235,6 +235,7 @@ struct fm_options {
   uint32_t large_bp;                 /* the large area's reservation, likewise */
   bool large_set;
   size_t retain;
+  uint32_t retain_delay;    /* FLATMALLOC_RETAIN_DELAY: ms the recent peak in use stays in the budget */
   bool prefault, stats, check;
   const char *profile;      /* FLATMALLOC_PROFILE: record request sizes into this path's FILE.PID */
   const char *heap;         /* FLATMALLOC_HEAP: heap profiles of sampled stacks into FILE.PID (heap.c) */

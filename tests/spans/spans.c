@@ -6,6 +6,10 @@
  *   spans drift                1 GiB of 64 B, freed; of 512 B, freed; of 4 KiB, freed; 64 B again,
  *                              freed; then malloc_trim(0)
  *   spans release              10,000 blocks of 200 KB, written, all freed (no malloc_trim)
+ *   spans delay MS             200 MiB of 1 KiB blocks, all freed; the pool's figures then; MS
+ *                              milliseconds of sleep, then up to 200 runs taken and freed (a
+ *                              1 MiB block each) until at most 16 MiB of free memory holds pages
+ *                              (flatmalloc only)
  *   spans reuse                a span freed by one class is used by another (flatmalloc only)
  *   spans reserve              a reserved class allocates after a runaway size got ENOMEM
  *   spans buffers              up to 20 buffers of 5-25 MiB, one replaced at random 2,000 times
@@ -21,6 +25,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #define MiB (1024.0 * 1024.0)
 
@@ -132,6 +137,39 @@ static int case_release(void) {
   return 0;
 }
 
+/* A number from the statistics' JSON. */
+static unsigned long long stat_json(const char *key) {
+  static size_t (*json)(char *, size_t);
+  static char buf[1 << 16];
+  char k[64];
+  if (!json && !(json = (size_t (*)(char *, size_t))dlsym(RTLD_DEFAULT, "flatmalloc_stats_json")))
+    fail("flatmalloc_stats_json not found (run preloaded)");
+  json(buf, sizeof buf);
+  snprintf(k, sizeof k, "\"%s\":", key);
+  const char *c = strstr(buf, k);
+  if (!c) fail("a figure missing from the statistics");
+  return strtoull(c + strlen(k), NULL, 10);
+}
+
+static int case_delay(long ms) {
+  enum { N = 200 << 10, SIZE = 1024 };
+  void **v = map(N * sizeof *v);
+  if (fill(v, SIZE, N) != N) fail("delay: malloc returned NULL");
+  verify_free(v, SIZE, N);
+  printf("returned_at_free %llu\nkept_at_free %llu\n", stat_json("returned"), stat_json("free_with_pages"));
+  nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000}, NULL);
+  int calls = 0;
+  while (calls < 200 && stat_json("free_with_pages") > (16u << 20)) {
+    void *p = malloc(1 << 20);
+    if (!p) fail("delay: malloc returned NULL");
+    memset(p, 1, 1 << 20);
+    free(p);
+    calls++;
+  }
+  printf("calls %d\nreturned_end %llu\nkept_end %llu\n", calls, stat_json("returned"), stat_json("free_with_pages"));
+  return 0;
+}
+
 /* Blocks of 64 B fill a 64 MiB pool, are freed, then 1000 B blocks get as many bytes. */
 static int case_reuse(void) {
   size_t max = (128u << 20) / 64;
@@ -204,6 +242,7 @@ int main(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[1], "fill")) return case_fill(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
   if (argc == 2 && !strcmp(argv[1], "drift")) return case_drift();
   if (argc == 2 && !strcmp(argv[1], "release")) return case_release();
+  if (argc == 3 && !strcmp(argv[1], "delay")) return case_delay(atol(argv[2]));
   if (argc == 2 && !strcmp(argv[1], "reuse")) return case_reuse();
   if (argc == 2 && !strcmp(argv[1], "reserve")) return case_reserve();
   if (argc == 2 && !strcmp(argv[1], "buffers")) return case_buffers();

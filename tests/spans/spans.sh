@@ -47,10 +47,31 @@ le "$(val fm drift_peak_mib)" "$(val glibc drift_peak_mib)" 1.25 ||
 le "$(val fm drift_rss_mib)" 128 1 || fm_fail "$(val fm drift_rss_mib) MiB resident after the last free and malloc_trim(0)"
 fm_ok "peak $(val fm drift_peak_mib) MiB (glibc $(val glibc drift_peak_mib)), $(val fm drift_rss_mib) MiB left"
 
-fm_check "10,000 blocks of 200 KB, all freed: at most 256 MiB resident without malloc_trim"
-run fm "${FM[@]}" -- release
+fm_check "10,000 blocks of 200 KB, all freed, FLATMALLOC_RETAIN_DELAY=0: at most 256 MiB resident without malloc_trim"
+run fm "${FM[@]}" FLATMALLOC_RETAIN_DELAY=0 -- release
 le "$(val fm release_rss_mib)" 256 1 || fm_fail "$(val fm release_rss_mib) MiB resident after freeing them all"
 fm_ok "$(val fm release_rss_mib) MiB left of a $(val fm release_peak_mib) MiB peak"
+
+# The kept peak is dropped at most two delays after the pages went over the rest of the budget,
+# whatever the machine's load; the sleep only has to be longer than that.
+MiB=$((1 << 20))
+fm_check "200 MiB of 1 KiB blocks, all freed: their pages stay for FLATMALLOC_RETAIN_DELAY (60 s here), through 200 runs taken and freed"
+run fm "${FM[@]}" FLATMALLOC_RETAIN=16M FLATMALLOC_RETAIN_DELAY=60000 -- delay 0
+[ "$(val fm returned_at_free)" = 0 ] || fm_fail "$(val fm returned_at_free) bytes went back at the frees"
+[ "$(val fm returned_end)" = 0 ] || fm_fail "$(val fm returned_end) bytes went back within the delay"
+le $((190 * MiB)) "$(val fm kept_end)" 1 || fm_fail "only $(val fm kept_end) bytes of free memory kept their pages"
+fm_ok "none went back; $(val fm kept_end) bytes of free memory hold pages after $(val fm calls) calls"
+
+fm_check "the same with FLATMALLOC_RETAIN_DELAY=50 and a 300 ms sleep: the next calls give the pages back, down to FLATMALLOC_RETAIN (16M)"
+run fm "${FM[@]}" FLATMALLOC_RETAIN=16M FLATMALLOC_RETAIN_DELAY=50 -- delay 300
+le "$(val fm kept_end)" $((16 * MiB)) 1 || fm_fail "$(val fm kept_end) bytes of free memory still hold pages after $(val fm calls) calls"
+le $((180 * MiB)) "$(val fm returned_end)" 1 || fm_fail "only $(val fm returned_end) bytes went back"
+fm_ok "$(val fm returned_end) bytes went back, $(val fm calls) calls after the sleep"
+
+fm_check "the same with FLATMALLOC_RETAIN_DELAY=0: the pages go back at the frees"
+run fm "${FM[@]}" FLATMALLOC_RETAIN=16M FLATMALLOC_RETAIN_DELAY=0 -- delay 0
+le $((180 * MiB)) "$(val fm returned_at_free)" 1 || fm_fail "only $(val fm returned_at_free) bytes went back at the frees"
+fm_ok "$(val fm returned_at_free) bytes went back at the frees, $(val fm kept_at_free) kept"
 
 fm_check "20 buffers of 5-25 MiB, one replaced at random 2,000 times: no more page faults than glibc (x 1.25)"
 run glibc -- buffers

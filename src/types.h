@@ -17,7 +17,8 @@
  * one large block. Free runs are indexed by length with TLSF bitmaps (O(1) good fit), merge
  * with free neighbours on release (O(1), via the records of a run's first and last chunk), and
  * wait in a FIFO, oldest first, until their pages go back to the system (madvise) once the free
- * memory that still holds pages passes the retained budget. Any run may become any span or
+ * memory that still holds pages passes the retained budget (FLATMALLOC_RETAIN, twice the heap in
+ * use, or the most in use over the last FLATMALLOC_RETAIN_DELAY: a heap that swings keeps its pages). Any run may become any span or
  * large block: no class owns memory, except that a class (or the large area) may hold a
  * reservation that the others cannot take.
  *
@@ -65,7 +66,7 @@
  * program, or heap run ->
  * large block -> program; and back: a span with no block out, or a freed large block, is a
  * free run again, and its pages go back to the system when the oldest free memory passes the
- * budget (FLATMALLOC_RETAIN) or on malloc_trim. */
+ * budget or on malloc_trim. */
 #ifndef FM_TYPES_H
 #define FM_TYPES_H
 

@@ -235,8 +235,8 @@ uint32_t class_take(unsigned c, unsigned sh, void **p, fm_st **s, uint32_t want,
   if (want == k->batch && h->xfer_n) {
     h->xfer_n--;
     memcpy(p, h->xfer_p[h->xfer_n], want * sizeof *p);
+    memcpy(s, h->xfer_s[h->xfer_n], want * sizeof *s);
     fm_unlock(&h->lock);
-    for (uint32_t i = 0; i < want; i++) s[i] = fm_st_of(p[i]);
     return want;   /* they never left the shard's count of blocks out */
   }
   while (got < want) {
@@ -289,17 +289,18 @@ static uint32_t give_run(unsigned c, uint64_t e, void *const *p, uint32_t i, uin
   return i;
 }
 
-/* Takes back n CACHED blocks of class c from a thread of shard sh: a whole batch goes to the
- * shard's transfer cache while it has room, anything else to the blocks' spans, each under the
+/* Takes back n CACHED blocks of class c from a thread of shard sh (with s, their state bytes):
+ * a whole batch with its states goes to the shard's transfer cache while it has room, anything else to the blocks' spans, each under the
  * lock of its span's shard. Blocks of one span in a row share its look-ups (a batch freed in
  * allocation order is mostly such runs). */
-void class_give(unsigned c, unsigned sh, void *const *p, uint32_t n) {
+void class_give(unsigned c, unsigned sh, void *const *p, fm_st *const *s, uint32_t n) {
   struct fm_class *k = &fm_pool.cls[c];
   struct fm_shard *h = &k->sh[sh];
-  if (n == k->batch && h->xfer_n < k->xfer_max) {
+  if (s && n == k->batch && h->xfer_n < k->xfer_max) {
     fm_lock(&h->lock);
     if (h->xfer_n < k->xfer_max) {
       memcpy(h->xfer_p[h->xfer_n], p, n * sizeof *p);
+      memcpy(h->xfer_s[h->xfer_n], s, n * sizeof *s);
       h->xfer_n++;
       fm_unlock(&h->lock);
       return;

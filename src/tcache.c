@@ -66,7 +66,7 @@ static uint64_t budget(void) {
 static void bin_flush(struct fm_tcache *tc, unsigned c, uint32_t n) {
   unsigned c1 = c + 1;
   if (!n) return;
-  class_give(c, tc->shard, tc->p[c1], n);
+  class_give(c, tc->shard, tc->p[c1], tc->s[c1], n);
   uint32_t left = cached(tc, c1) - n;
   memmove(tc->p[c1], tc->p[c1] + n, left * sizeof tc->p[c1][0]);
   memmove(tc->s[c1], tc->s[c1] + n, left * sizeof tc->s[c1][0]);
@@ -127,7 +127,7 @@ static void remote_collect(struct fm_tcache *tc, struct fm_tcache *to, uint32_t 
     __atomic_store_n(&tc->pending, *(uintptr_t *)p ^ mix(p), __ATOMIC_RELAXED);
     st_store(st, ST_CACHED);
     if (to) put(to, p, (unsigned)c, st);
-    else class_give((unsigned)c, tc->shard, &p, 1);
+    else class_give((unsigned)c, tc->shard, &p, NULL, 1);
   }
 }
 
@@ -289,7 +289,7 @@ void *tcache_alloc_direct(unsigned c, bool borrow) { return take(tc_native, c, b
 static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
   unsigned c1 = c + 1;
   if (!tc->base[c1]) {   /* no slot, or under Valgrind: no caching */
-    class_give(c, tc->shard, &p, 1);
+    class_give(c, tc->shard, &p, NULL, 1);
     return;
   }
   if (tc->top[c1] >= tc->lim[c1]) {
@@ -297,7 +297,7 @@ static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
     if (tc->cap_bytes > budget()) bin_resize(tc, c, r / 2);
     else if (r >= 2 * batch || !bin_grow(tc, c, r < batch ? batch - r : batch)) bin_flush(tc, c, (r + 1) / 2);
     if (tc->top[c1] >= tc->lim[c1]) {
-      class_give(c, tc->shard, &p, 1);
+      class_give(c, tc->shard, &p, NULL, 1);
       return;
     }
   }

@@ -191,7 +191,8 @@ struct fm_shard {
   uint32_t xfer_n;                    /* batches in the transfer cache */
   uint64_t out;                       /* blocks taken from this shard's spans, not given back */
   uint64_t peak, spans, spans_peak, borrows, exhausted;
-  void *xfer_p[FM_XFER][FM_BATCH_MAX];   /* whole batches given back, still CACHED */
+  void *xfer_p[FM_XFER][FM_BATCH_MAX];   /* whole batches given back, still CACHED, */
+  fm_st *xfer_s[FM_XFER][FM_BATCH_MAX];  /* ... and their state bytes */
 } cacheline_aligned;
 
 /* One size class: geometry and its shards. */

@@ -252,7 +252,7 @@ struct fm_pool {
   size_t small_lim;          /* sizes below this take the fast path; 0 before start-up */
   const uint8_t *cls_of;     /* (size + 15) / 16 -> class + 1 */
   const struct fm_line *line;   /* per chunk: span and class */
-  uintptr_t st_bias;         /* a block's state byte: st_bias + address / 16 (shadow - heap_base / 16) */
+  uintptr_t st_bias;         /* a span's states start at st_bias + span address / 16 (shadow - heap_base / 16) */
   unsigned chunk_shift;
   uint64_t key;              /* random, per process */
 
@@ -283,16 +283,7 @@ hidden extern struct fm_cf fm_cf;
 hidden extern __thread struct fm_tcache *fm_tc __attribute__((tls_model("initial-exec")));
 hidden extern struct fm_tcache fm_tc_empty;
 
-/* The line entry of p's chunk (p in the heap). */
-static inline uint64_t fm_line_of(const void *p) { return fm_pool.line[((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift].e; }
-/* The state byte of block q of the span at span_addr. */
+/* The state byte of block q of the span at span_addr (BLOCK STATE above). */
 static inline fm_st *fm_st_q(uintptr_t span_addr, uint64_t q) { return (fm_st *)(fm_pool.st_bias + (span_addr >> 4) + q); }
-/* The state byte of p, a block start in the span of line entry e. */
-static inline fm_st *fm_st_at(uint64_t e, const void *p) {
-  uintptr_t span = (uintptr_t)(e >> 8);
-  return fm_st_q(span, (uint64_t)(((unsigned __int128)((uintptr_t)p - span) * fm_cf.magic[e & 0xff]) >> 64));
-}
-/* The state byte of p, a block start in a span. */
-static inline fm_st *fm_st_of(const void *p) { return fm_st_at(fm_line_of(p), p); }
 
 #endif

@@ -176,8 +176,8 @@ static void span_retire(const struct fm_class *k, struct fm_shard *h, uint32_t h
 }
 
 /* ---- batches ----------------------------------------------------------------------------- */
-/* Takes up to `want` FREE blocks of span head into p, marking them CACHED (ZERO when never
- * handed out from a span made of memory that held no pages). */
+/* Takes up to `want` FREE blocks of span head into p and their state bytes into ps, marking
+ * them CACHED (ZERO when never handed out from a span made of memory that held no pages). */
 static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t head, void **p, fm_st **ps, uint32_t want) {
   struct fm_run *r = span_rec(head);
   uint64_t *sum = summary(head);

@@ -176,9 +176,9 @@ static void span_retire(const struct fm_class *k, struct fm_shard *h, uint32_t h
 }
 
 /* ---- batches ----------------------------------------------------------------------------- */
-/* Takes up to `want` FREE blocks of span head into p and their state bytes into ps, marking
- * them CACHED (ZERO when never handed out from a span made of memory that held no pages). */
-static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t head, void **p, fm_st **ps, uint32_t want) {
+/* Takes up to `want` FREE blocks of span head into b, marking them CACHED (ZERO when never
+ * handed out from a span made of memory that held no pages). */
+static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t head, struct fm_blk *b, uint32_t want) {
   struct fm_run *r = span_rec(head);
   uint64_t *sum = summary(head);
   uint8_t *base = (uint8_t *)chunk_addr(head);
@@ -192,11 +192,10 @@ static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t
       if (q >= hw) {   /* a group never handed out: every block FREE, no state to read */
         uint32_t n = end - q < want - got ? end - q : want - got;
         fm_st *sq = st0 + q;
-        uint8_t *b = base + (size_t)q * k->size;
-        for (uint32_t i = 0; i < n; i++, sq++, b += k->size) {
+        uint8_t *a = base + (size_t)q * k->size;
+        for (uint32_t i = 0; i < n; i++, sq++, a += k->size) {
           st_store(sq, fresh);
-          ps[got] = sq;
-          p[got++] = b;
+          b[got++] = (struct fm_blk){a, sq};
         }
         left = (q += n) < end;
       }
@@ -208,8 +207,7 @@ static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t
           break;
         }
         st_store(sq, q >= hw ? fresh : ST_CACHED);
-        ps[got] = sq;
-        p[got++] = base + (size_t)q * k->size;
+        b[got++] = (struct fm_blk){base + (size_t)q * k->size, sq};
       }
       if (q > hw) hw = q;   /* blocks below the last one looked at were handed out or are now */
       if (!left) sum[s] &= ~(1ull << (g % 64));
@@ -224,25 +222,24 @@ static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t
   return got;
 }
 
-/* Moves up to `want` blocks of class c from shard sh, fullest spans first, into p (state
- * CACHED), and their state bytes into s; with grow, takes a new span from the pool when no
- * span has a free block. Returns the count. */
-uint32_t class_take(unsigned c, unsigned sh, void **p, fm_st **s, uint32_t want, bool grow) {
+/* Moves up to `want` blocks of class c from shard sh, fullest spans first, into b (state
+ * CACHED); with grow, takes a new span from the pool when no span has a free block. Returns
+ * the count. */
+uint32_t class_take(unsigned c, unsigned sh, struct fm_blk *b, uint32_t want, bool grow) {
   struct fm_class *k = &fm_pool.cls[c];
   struct fm_shard *h = &k->sh[sh];
   uint32_t got = 0;
   fm_lock(&h->lock);
   if (want == k->batch && h->xfer_n) {
     h->xfer_n--;
-    memcpy(p, h->xfer_p[h->xfer_n], want * sizeof *p);
-    memcpy(s, h->xfer_s[h->xfer_n], want * sizeof *s);
+    memcpy(b, h->xfer[h->xfer_n], want * sizeof *b);
     fm_unlock(&h->lock);
     return want;   /* they never left the shard's count of blocks out */
   }
   while (got < want) {
     if (!h->bucket_map && (!grow || !span_new(c, h))) break;
     uint32_t head = h->bucket[__builtin_ctz(h->bucket_map)] - 1;
-    got += span_take(k, h, head, p + got, s + got, want - got);
+    got += span_take(k, h, head, b + got, want - got);
   }
   h->out += got;
   if (h->out > h->peak) h->peak = h->out;
@@ -266,10 +263,10 @@ static void span_gave(const struct fm_class *k, struct fm_shard *h, uint32_t hea
   }
 }
 
-/* Marks FREE the CACHED blocks p[i], p[i+1], ... that lie in the span of line entry e (p[i]
+/* Marks FREE the CACHED blocks b[i], b[i+1], ... that lie in the span of line entry e (b[i]
  * does), setting their groups' bits in its summary sum (NULL: a span abandoned at fork, whose
  * states stay as they are); returns the index of the first block of another span. */
-static uint32_t give_run(unsigned c, uint64_t e, void *const *p, uint32_t i, uint32_t n, uint64_t *sum) {
+static uint32_t give_run(unsigned c, uint64_t e, const struct fm_blk *b, uint32_t i, uint32_t n, uint64_t *sum) {
   /* locals: the state stores could alias the pool's fields for the compiler */
   const uintptr_t heap = fm_pool.heap_base, size = fm_pool.heap_size, span = (uintptr_t)(e >> 8);
   const uintptr_t states = (uintptr_t)fm_st_q(span, 0);
@@ -277,11 +274,11 @@ static uint32_t give_run(unsigned c, uint64_t e, void *const *p, uint32_t i, uin
   const struct fm_line *lines = fm_pool.line;
   const unsigned shift = fm_pool.chunk_shift;
   for (; i < n; i++) {
-    uintptr_t a = (uintptr_t)p[i], off = a - heap;
+    uintptr_t a = (uintptr_t)b[i].p, off = a - heap;
     if (off >= size || lines[off >> shift].e != e) break;
     uint32_t q = (uint32_t)(((unsigned __int128)(a - span) * magic) >> 64);
     fm_st *st = (fm_st *)(states + q);
-    if (!st_cached(st_load(st))) fault_stop("a thread cache is damaged", p[i], (int)c);
+    if (!st_cached(st_load(st))) fault_stop("a thread cache is damaged", b[i].p, (int)c);
     if (!sum) continue;
     st_store(st, ST_FREE);
     sum[q / 512] |= 1ull << (q / 8 % 64);
@@ -289,18 +286,17 @@ static uint32_t give_run(unsigned c, uint64_t e, void *const *p, uint32_t i, uin
   return i;
 }
 
-/* Takes back n CACHED blocks of class c from a thread of shard sh (with s, their state bytes):
- * a whole batch with its states goes to the shard's transfer cache while it has room, anything else to the blocks' spans, each under the
+/* Takes back n CACHED blocks of class c from a thread of shard sh: a whole batch goes to the
+ * shard's transfer cache while it has room, anything else to the blocks' spans, each under the
  * lock of its span's shard. Blocks of one span in a row share its look-ups (a batch freed in
  * allocation order is mostly such runs). */
-void class_give(unsigned c, unsigned sh, void *const *p, fm_st *const *s, uint32_t n) {
+void class_give(unsigned c, unsigned sh, const struct fm_blk *b, uint32_t n) {
   struct fm_class *k = &fm_pool.cls[c];
   struct fm_shard *h = &k->sh[sh];
-  if (s && n == k->batch && h->xfer_n < k->xfer_max) {
+  if (n == k->batch && h->xfer_n < k->xfer_max) {
     fm_lock(&h->lock);
     if (h->xfer_n < k->xfer_max) {
-      memcpy(h->xfer_p[h->xfer_n], p, n * sizeof *p);
-      memcpy(h->xfer_s[h->xfer_n], s, n * sizeof *s);
+      memcpy(h->xfer[h->xfer_n], b, n * sizeof *b);
       h->xfer_n++;
       fm_unlock(&h->lock);
       return;
@@ -309,9 +305,9 @@ void class_give(unsigned c, unsigned sh, void *const *p, fm_st *const *s, uint32
   }
   h = NULL;
   for (uint32_t i = 0, j; i < n; i = j) {
-    uintptr_t off = (uintptr_t)p[i] - fm_pool.heap_base;
+    uintptr_t off = (uintptr_t)b[i].p - fm_pool.heap_base;
     uint64_t e = off < fm_pool.heap_size ? fm_pool.line[off >> fm_pool.chunk_shift].e : 0;
-    if ((e & 0xff) != c + 1) fault_stop("a thread cache is damaged", p[i], (int)c);
+    if ((e & 0xff) != c + 1) fault_stop("a thread cache is damaged", b[i].p, (int)c);
     uint32_t head = span_head(e);
     struct fm_run *r = span_rec(head);
     struct fm_shard *x = &k->sh[r->shard & (FM_SHARDS - 1)];
@@ -320,7 +316,7 @@ void class_give(unsigned c, unsigned sh, void *const *p, fm_st *const *s, uint32
       fm_lock(&(h = x)->lock);
     }
     bool keep = r->epoch == h->epoch;   /* a span abandoned at fork: the child leaves it */
-    j = give_run(c, e, p, i, n, keep ? summary(head) : NULL);
+    j = give_run(c, e, b, i, n, keep ? summary(head) : NULL);
     h->out -= j - i;
     if (keep) span_gave(k, h, head, r, j - i);
   }

@@ -9,9 +9,9 @@
 /* The newest block of tc's bin c1 (not empty), made LIVE for tc. With zero, *zero says whether
  * it was never handed out from fresh memory (calloc checks it then). */
 static always_inline void *fm_pop(struct fm_tcache *tc, unsigned c1, bool *zero) {
-  void **top = --tc->top[c1];
-  void *p = *top;
-  fm_st *st = *fm_bin_st(top);
+  struct fm_blk *top = --tc->top[c1];
+  void *p = top->p;
+  fm_st *st = top->st;
   if (zero) *zero = st_load(st) == ST_ZERO;
   st_store(st, tc->tag);
   return p;
@@ -40,11 +40,11 @@ static always_inline void fm_free(void *ptr) {
     unsigned __int128 m = (unsigned __int128)((uintptr_t)ptr - (e >> 8)) * magic;
     fm_st *st = fm_st_q((uintptr_t)(e >> 8), (uint64_t)(m >> 64));
     struct fm_tcache *tc = fm_tc;
-    void **top = tc->top[c1];
+    struct fm_blk *top = tc->top[c1];
     if (likely((uint64_t)m < magic && *st == tc->tag && top < tc->lim[c1])) {   /* plain: its owner is the only writer */
       st_store(st, ST_CACHED);
-      *top = ptr;
-      *fm_bin_st(top) = st;
+      top->p = ptr;
+      top->st = st;
       tc->top[c1] = top + 1;
       return;
     }

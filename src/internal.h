@@ -74,8 +74,8 @@ hidden unsigned class_of(size_t size);
 hidden int class_at(const void *p);   /* class of the span holding p, or -1 */
 hidden void *class_block(const void *p, unsigned c, fm_st **st);
 hidden fm_st *class_verify(const void *p, unsigned c, enum fault_call call);   /* state of LIVE block p, or stops */
-hidden uint32_t class_take(unsigned c, unsigned shard, void **p, fm_st **s, uint32_t want, bool grow);
-hidden void class_give(unsigned c, unsigned shard, void *const *p, fm_st *const *s, uint32_t n);
+hidden uint32_t class_take(unsigned c, unsigned shard, struct fm_blk *b, uint32_t want, bool grow);
+hidden void class_give(unsigned c, unsigned shard, const struct fm_blk *b, uint32_t n);
 hidden void class_note(unsigned c, unsigned shard, bool borrowed);
 hidden void class_after_fork(void);
 struct class_stats { uint64_t out, peak, spans, spans_peak, reserve, borrows, exhausted; };

@@ -66,10 +66,9 @@ static uint64_t budget(void) {
 static void bin_flush(struct fm_tcache *tc, unsigned c, uint32_t n) {
   unsigned c1 = c + 1;
   if (!n) return;
-  class_give(c, tc->shard, tc->p[c1], tc->s[c1], n);
+  class_give(c, tc->shard, tc->b[c1], n);
   uint32_t left = cached(tc, c1) - n;
-  memmove(tc->p[c1], tc->p[c1] + n, left * sizeof tc->p[c1][0]);
-  memmove(tc->s[c1], tc->s[c1] + n, left * sizeof tc->s[c1][0]);
+  memmove(tc->b[c1], tc->b[c1] + n, left * sizeof tc->b[c1][0]);
   tc->top[c1] -= n;
 }
 
@@ -127,7 +126,7 @@ static void remote_collect(struct fm_tcache *tc, struct fm_tcache *to, uint32_t 
     __atomic_store_n(&tc->pending, *(uintptr_t *)p ^ mix(p), __ATOMIC_RELAXED);
     st_store(st, ST_CACHED);
     if (to) put(to, p, (unsigned)c, st);
-    else class_give((unsigned)c, tc->shard, &p, NULL, 1);
+    else class_give((unsigned)c, tc->shard, &(struct fm_blk){p, st}, 1);
   }
 }
 
@@ -193,7 +192,7 @@ void tcache_setup(void) { pthread_key_create(&tcache_key, tcache_exit); }
 static void slot_open(struct fm_tcache *tc, bool caching) {
   for (unsigned c = 0; c < fm_pool.nclass; c++) {
     unsigned c1 = c + 1;
-    tc->base[c1] = tc->top[c1] = tc->lim[c1] = caching ? tc->p[c1] : NULL;
+    tc->base[c1] = tc->top[c1] = tc->lim[c1] = caching ? tc->b[c1] : NULL;
   }
   tc->cap_bytes = 0;
   while (atomic_exchange(&tc->draining, 1)) sched_yield();   /* a thread drains its stack: wait */
@@ -232,28 +231,26 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
   if (tc->base[1]) remote_collect(tc, tc, FM_COLLECT);
   for (unsigned k = c; k <= last; k++) {
     unsigned k1 = k + 1;
-    void *p;
-    fm_st *st;
+    struct fm_blk got;
     if (tc->base[k1]) {
       uint32_t batch = fm_pool.cls[k].batch;
       if (tc->top[k1] == tc->base[k1]) {
         if (room(tc, k1) < batch) bin_grow(tc, k, batch - room(tc, k1));
         uint32_t want = room(tc, k1) < batch ? room(tc, k1) : batch;
-        if (want) tc->top[k1] = tc->base[k1] + class_take(k, tc->shard, tc->p[k1], tc->s[k1], want, k == c);
+        if (want) tc->top[k1] = tc->base[k1] + class_take(k, tc->shard, tc->b[k1], want, k == c);
       }
       if (tc->top[k1] != tc->base[k1]) {
-        p = *--tc->top[k1];
-        st = *fm_bin_st(tc->top[k1]);
-      } else if (room(tc, k1) || !class_take(k, tc->shard, &p, &st, 1, k == c)) {
+        got = *--tc->top[k1];
+      } else if (room(tc, k1) || !class_take(k, tc->shard, &got, 1, k == c)) {
         goto next;
       }
-    } else if (!class_take(k, tc->shard, &p, &st, 1, k == c)) {
+    } else if (!class_take(k, tc->shard, &got, 1, k == c)) {
       goto next;
     }
-    if (zero) *zero = st_load(st) == ST_ZERO;
-    st_store(st, tc->tag);
+    if (zero) *zero = st_load(got.st) == ST_ZERO;
+    st_store(got.st, tc->tag);
     if (k != c) class_note(k, tc->shard, true);
-    return p;
+    return got.p;
   next:
     if (k == c) class_note(c, tc->shard, false);
   }
@@ -289,7 +286,7 @@ void *tcache_alloc_direct(unsigned c, bool borrow) { return take(tc_native, c, b
 static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
   unsigned c1 = c + 1;
   if (!tc->base[c1]) {   /* no slot, or under Valgrind: no caching */
-    class_give(c, tc->shard, &p, NULL, 1);
+    class_give(c, tc->shard, &(struct fm_blk){p, st}, 1);
     return;
   }
   if (tc->top[c1] >= tc->lim[c1]) {
@@ -297,12 +294,11 @@ static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
     if (tc->cap_bytes > budget()) bin_resize(tc, c, r / 2);
     else if (r >= 2 * batch || !bin_grow(tc, c, r < batch ? batch - r : batch)) bin_flush(tc, c, (r + 1) / 2);
     if (tc->top[c1] >= tc->lim[c1]) {
-      class_give(c, tc->shard, &p, NULL, 1);
+      class_give(c, tc->shard, &(struct fm_blk){p, st}, 1);
       return;
     }
   }
-  *fm_bin_st(tc->top[c1]) = st;
-  *tc->top[c1]++ = p;
+  *tc->top[c1]++ = (struct fm_blk){p, st};
 }
 
 /* free() of LIVE block p of class c (st its state) when the fast path could not take it: the
@@ -363,7 +359,7 @@ uint64_t tcache_cached(unsigned c) {
   uint32_t used = atomic_load_explicit(&fm_pool.slots_used, memory_order_relaxed);
   for (uint32_t i = 0; i < used; i++) {
     struct fm_tcache *tc = &fm_pool.slots[i];
-    void **top = __atomic_load_n(&tc->top[c + 1], __ATOMIC_RELAXED), **base = tc->base[c + 1];
+    struct fm_blk *top = __atomic_load_n(&tc->top[c + 1], __ATOMIC_RELAXED), *base = tc->base[c + 1];
     n += top > base ? (uint64_t)(top - base) : 0;
   }
   return n;
@@ -383,8 +379,8 @@ int tcache_check(void) {
       bytes += (uint64_t)room(tc, c1) * fm_pool.cls[c].size;
       for (uint32_t j = 0; j < cached(tc, c1) && j < FM_CACHE_MAX; j++) {
         fm_st *st;
-        void *p = tc->p[c1][j];
-        if (class_at(p) != (int)c || class_block(p, c, &st) != p || !st_cached(st_load(st)) || st != tc->s[c1][j]) faults++;
+        void *p = tc->b[c1][j].p;
+        if (class_at(p) != (int)c || class_block(p, c, &st) != p || !st_cached(st_load(st)) || st != tc->b[c1][j].st) faults++;
       }
     }
     if (bytes != tc->cap_bytes) faults++;

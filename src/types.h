@@ -150,8 +150,15 @@ struct fm_line {
   uint64_t e;                    /* span address << 8 | (class + 1); 0: not in a span */
 };
 
+/* A cached block and its state byte: the cache keeps the state's address so malloc() writes it
+ * without looking the span up. */
+struct fm_blk {
+  void *p;
+  fm_st *st;
+};
+
 /* A thread cache slot: per class (indexed by class + 1, as the page map and the size table
- * name classes), its free blocks p[c1][base..top), newest last, and their state bytes in s.
+ * name classes), its free blocks b[c1][base..top), newest last, each beside its state byte.
  * free() pushes while top < lim; an empty cache (NULL, NULL, NULL) sends every call to the slow path. Slots live in the
  * pool's meta area and are recycled through a lock-free stack, so statistics can read every
  * slot without the threads' help. The remote stack is written by other threads: its own line. */
@@ -168,17 +175,13 @@ struct fm_tcache {
   struct fm_tcache *out_to;   /* outbox: blocks of another thread freed here, chained (mangled */
   void *out_first, *out_last; /* links), pushed on out_to's remote stack in one step */
   uint32_t out_n;
-  void **top[FM_BINS];
-  void **lim[FM_BINS];
-  void **base[FM_BINS];
+  struct fm_blk *top[FM_BINS];
+  struct fm_blk *lim[FM_BINS];
+  struct fm_blk *base[FM_BINS];
   cacheline_aligned _Atomic uintptr_t remote;   /* blocks other threads freed (mangled links) */
   _Atomic uint32_t draining;  /* a thread drains the stack of a slot no thread holds */
-  cacheline_aligned void *p[FM_BINS][FM_CACHE_MAX];
-  fm_st *s[FM_BINS][FM_CACHE_MAX];   /* the state byte of each block in p, FM_BIN_ST entries on */
+  cacheline_aligned struct fm_blk b[FM_BINS][FM_CACHE_MAX];
 };
-#define FM_BIN_ST (FM_BINS * FM_CACHE_MAX)
-/* The state byte's entry beside the bin entry e (in some slot's p). */
-static inline fm_st **fm_bin_st(void **e) { return (fm_st **)(e + FM_BIN_ST); }
 
 /* A shard of a class: its spans with free blocks (by occupancy), a transfer cache, counters. */
 #define FM_BUCKETS 8u
@@ -191,8 +194,7 @@ struct fm_shard {
   uint32_t xfer_n;                    /* batches in the transfer cache */
   uint64_t out;                       /* blocks taken from this shard's spans, not given back */
   uint64_t peak, spans, spans_peak, borrows, exhausted;
-  void *xfer_p[FM_XFER][FM_BATCH_MAX];   /* whole batches given back, still CACHED, */
-  fm_st *xfer_s[FM_XFER][FM_BATCH_MAX];  /* ... and their state bytes */
+  struct fm_blk xfer[FM_XFER][FM_BATCH_MAX];   /* whole batches given back, still CACHED */
 } cacheline_aligned;
 
 /* One size class: geometry and its shards. */

@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "status.h"
 #include "tsc.h"
 
 /* ---------- utilities ---------- */
@@ -103,24 +104,7 @@ static void calibrate(int full, uint32_t *buf, uint32_t *tmp, size_t cap)
   printf("timer,empty_mean_ns,%.2f\n", mean_ns(buf, n));
 }
 
-/* ---------- resident set ---------- */
-
-static long status_kb(const char *field)
-{
-  char buf[4096];
-  int fd = open("/proc/self/status", O_RDONLY);
-  if (fd < 0)
-    return -1;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0)
-    return -1;
-  buf[n] = 0;
-  char *p = strstr(buf, field);
-  if (!p)
-    return -1;
-  return strtol(p + strlen(field), NULL, 10);
-}
+/* ---------- resident set (status_kb: status.h) ---------- */
 
 static long rss_start;
 

@@ -67,6 +67,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "status.h"
 #include "tsc.h"
 
 #define unlikely(x) __builtin_expect(!!(x), 0)
@@ -223,25 +224,6 @@ static inline void slot_free(const char *mode, struct slot *s)
 {
   tag_check(mode, s->p, s->size, s->tag);
   free(s->p);
-}
-
-/* ---------- resident set ---------- */
-
-static long status_kb(const char *field)
-{
-  char buf[4096];
-  int fd = open("/proc/self/status", O_RDONLY);
-  if (fd < 0)
-    return -1;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0)
-    return -1;
-  buf[n] = 0;
-  char *p = strstr(buf, field);
-  if (!p)
-    return -1;
-  return strtol(p + strlen(field), NULL, 10);
 }
 
 /* ---------- own: private working sets ---------- */

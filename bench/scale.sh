@@ -159,8 +159,8 @@ load_end=$(uptime)
 echo "uptime at end: $load_end" >>"$out/machine.txt"
 
 # ---------- tables ----------
-python3 - "$out" "$ref" <<'EOF' | tee "$out/tables.txt"
-import csv, os, re, statistics, sys
+python3 - "$out" "$ref" "$here" <<'EOF' | tee "$out/tables.txt"
+import csv, os, sys
 
 outdir, ref = sys.argv[1], sys.argv[2]
 PEERS = ["glibc", "jemalloc", "tcmalloc", "mimalloc"]
@@ -175,36 +175,19 @@ TITLES = {
     "idle": "idle: 1,000 threads that allocated and freed 400 blocks of 16 B-4 KiB, now waiting; KiB resident",
 }
 
-def better(m):
-    return "higher" if "per_s" in m else "lower"
+# raw.csv's rows, their medians and summary.csv as scripts/bench makes them (report.py); runs
+# that failed are rows of workload "failures", counted apart
+sys.path.insert(0, sys.argv[3])
+from report import better, load, write_summary
 
-rows, fails = [], {}
+fails = {}
 with open(os.path.join(outdir, "raw.csv")) as f:
     for r in csv.DictReader(f):
         if r["workload"] == "failures":
             fails[(r["metric"], r["allocator"])] = fails.get((r["metric"], r["allocator"]), 0) + 1
-            continue
-        rows.append((r["allocator"], r["workload"], r["metric"], float(r["value"])))
-allocs = []
-for line in open(os.path.join(outdir, "machine.txt")):
-    if line.startswith("allocators:"):
-        allocs = line.split(":", 1)[1].split()
-vals, order = {}, []
-for a, w, m, v in rows:
-    if (w, m) not in vals:
-        vals[(w, m)] = {}
-        order.append((w, m))
-    vals[(w, m)].setdefault(a, []).append(v)
-med = {k: {a: statistics.median(v) for a, v in d.items()} for k, d in vals.items()}
-with open(os.path.join(outdir, "summary.csv"), "w", newline="") as f:
-    wr = csv.writer(f)
-    wr.writerow(["workload", "metric", "better", "allocator", "n", "median", "min", "max"])
-    for k in order:
-        for a in allocs:
-            v = vals[k].get(a)
-            if v:
-                wr.writerow([k[0], k[1], better(k[1]), a, len(v), f"{statistics.median(v):.6g}",
-                             f"{min(v):.6g}", f"{max(v):.6g}"])
+allocs, vals, med, order = load(outdir)
+order = [k for k in order if k[0] != "failures"]
+write_summary(outdir, allocs, vals, order)
 
 def fmt(v):
     if v is None:

@@ -7,11 +7,11 @@
  *       ^ base  ^ heap_base                                     ^ top: never handed out above
  *
  * The heap is cut into chunks (2^chunk_shift bytes: 8 KiB in pools below 4 GiB, 16 KiB from
- * there, more above 64 GiB). The meta area holds, per chunk, a line (struct fm_line: the span
- * and class it belongs to, where its blocks' state bytes are, and for classes of a few blocks
- * per chunk those bytes themselves: all free() reads, in one cache line), a run record and a
- * bit "may hold pages"; plus the size -> class table and the thread cache slots. No allocator metadata lives in free memory: a stray write
- * into a freed block can corrupt nothing but that block.
+ * there, more above 64 GiB). The meta area holds the blocks' states (BLOCK STATE below) and,
+ * per chunk, a line (struct fm_line: the span and class it belongs to), a run record and a bit
+ * "may hold pages"; plus the size -> class table and the thread cache slots. No allocator
+ * metadata lives in free memory: a stray write into a freed block can corrupt nothing but that
+ * block.
  *
  * RUN (span.c). The heap is handed out in runs of whole chunks, to a size class (a span) or to
  * one large block. Free runs are indexed by length with TLSF bitmaps (O(1) good fit), merge
@@ -36,7 +36,9 @@
  * Packed, a large heap's states stay in cache (262,144 blocks: 256 KiB) where one byte per
  * 16-byte granule put each block of 1 KiB on a line of its own; free() finds q by one
  * multiplication by the class's magic (q = high half, and the low half < magic iff the address
- * is a block start). A thread cache keeps each cached block's state address beside it, so
+ * is a block start). Past its first 2 MiB (the states of the heap's first 32 MiB) the shadow is on
+ * transparent huge pages: a span of 64 blocks of 1 KiB has its states on a 4 KiB page of their
+ * own, a TLB miss per free in a large heap. A thread cache keeps each cached block's state address beside it, so
  * malloc() writes the state without looking the span up. A state is FREE (in its span; 0, so
  * fresh memory needs no set-up), CACHED (in a thread cache; ZERO when it was never handed out
  * and its pages never written), REMOTE (freed by a thread that does not own it, on its owner's

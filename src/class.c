@@ -189,15 +189,19 @@ static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t
     while (sum[s] && got < want) {
       uint32_t g = s * 64 + (uint32_t)__builtin_ctzll(sum[s]), q = g * 8, end = q + 8, left = 0;
       if (end > k->nblocks) end = k->nblocks;
-      if (q >= hw) {   /* a group never handed out: every block FREE, no state to read */
-        uint32_t n = end - q < want - got ? end - q : want - got;
+      if (q >= hw) {   /* never handed out from here on: every block FREE, no state to read */
+        uint32_t n = k->nblocks - q < want - got ? k->nblocks - q : want - got;
         fm_st *sq = st0 + q;
         uint8_t *a = base + (size_t)q * k->size;
         for (uint32_t i = 0; i < n; i++, sq++, a += k->size) {
           st_store(sq, fresh);
           b[got++] = (struct fm_blk){a, sq};
         }
-        left = (q += n) < end;
+        /* the groups taken whole leave the summary; the one it stopped in stays */
+        uint32_t past = (q += n) == k->nblocks ? groups(k) : q / 8;
+        for (uint32_t x = g; x < past; x++) sum[x / 64] &= ~(1ull << (x % 64));
+        hw = q;
+        continue;
       }
       for (; q < end && !left; q++) {
         fm_st *sq = st0 + q;
@@ -265,20 +269,18 @@ static void span_gave(const struct fm_class *k, struct fm_shard *h, uint32_t hea
 
 /* Marks FREE the CACHED blocks b[i], b[i+1], ... that lie in the span of line entry e (b[i]
  * does), setting their groups' bits in its summary sum (NULL: a span abandoned at fork, whose
- * states stay as they are); returns the index of the first block of another span. */
-static uint32_t give_run(unsigned c, uint64_t e, const struct fm_blk *b, uint32_t i, uint32_t n, uint64_t *sum) {
+ * states stay as they are); returns the index of the first entry that is not a block of that
+ * span with its state beside it. An entry's state address says which block it is: one
+ * subtraction, checked by a multiplication against the block's address. */
+static uint32_t give_run(const struct fm_class *k, uint64_t e, const struct fm_blk *b, uint32_t i, uint32_t n, uint64_t *sum) {
   /* locals: the state stores could alias the pool's fields for the compiler */
-  const uintptr_t heap = fm_pool.heap_base, size = fm_pool.heap_size, span = (uintptr_t)(e >> 8);
-  const uintptr_t states = (uintptr_t)fm_st_q(span, 0);
-  const uint64_t magic = fm_cf.magic[c + 1];
-  const struct fm_line *lines = fm_pool.line;
-  const unsigned shift = fm_pool.chunk_shift;
+  const uintptr_t span = (uintptr_t)(e >> 8), states = (uintptr_t)fm_st_q(span, 0);
+  const uintptr_t size = k->size, nblocks = k->nblocks;
   for (; i < n; i++) {
-    uintptr_t a = (uintptr_t)b[i].p, off = a - heap;
-    if (off >= size || lines[off >> shift].e != e) break;
-    uint32_t q = (uint32_t)(((unsigned __int128)(a - span) * magic) >> 64);
-    fm_st *st = (fm_st *)(states + q);
-    if (!st_cached(st_load(st))) fault_stop("a thread cache is damaged", b[i].p, (int)c);
+    fm_st *st = b[i].st;
+    uintptr_t q = (uintptr_t)st - states;
+    if (q >= nblocks || span + q * size != (uintptr_t)b[i].p) break;
+    if (!st_cached(st_load(st))) fault_stop("a thread cache is damaged", b[i].p, (int)(k - fm_pool.cls));
     if (!sum) continue;
     st_store(st, ST_FREE);
     sum[q / 512] |= 1ull << (q / 8 % 64);
@@ -316,7 +318,8 @@ void class_give(unsigned c, unsigned sh, const struct fm_blk *b, uint32_t n) {
       fm_lock(&(h = x)->lock);
     }
     bool keep = r->epoch == h->epoch;   /* a span abandoned at fork: the child leaves it */
-    j = give_run(c, e, b, i, n, keep ? summary(head) : NULL);
+    j = give_run(k, e, b, i, n, keep ? summary(head) : NULL);
+    if (j == i) fault_stop("a thread cache is damaged", b[i].p, (int)c);
     h->out -= j - i;
     if (keep) span_gave(k, h, head, r, j - i);
   }

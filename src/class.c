@@ -21,6 +21,8 @@ static uint64_t *summary(uint32_t head) { return (uint64_t *)span_rec(head + 1);
 static uint32_t groups(const struct fm_class *k) { return (k->nblocks + 7) / 8; }
 
 struct fm_cf fm_cf;
+/* Each shard's transfer cache: whole batches given back, still CACHED (fm_shard's xfer_n). */
+static struct fm_blk xfer[FM_CLASS_MAX][FM_SHARDS][FM_XFER][FM_BATCH_MAX];
 
 unsigned class_of(size_t size) { return fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN] - 1u; }
 
@@ -95,10 +97,6 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     k->reserve = (uint64_t)heap_chunks * o->class_bp[c] / 10000;
     k->states = (uint32_t)((span + size - 1) / size);
     k->bucket_mul = (((uint64_t)FM_BUCKETS << 32) + n - 1) / n;   /* (nblocks - 1) * it >> 32 < FM_BUCKETS */
-    for (unsigned h = 0; h < FM_SHARDS; h++) {
-      pthread_mutex_init(&k->sh[h].lock, NULL);
-      k->sh[h].epoch = 1;
-    }
     fm_cf.magic[c + 1] = UINT64_MAX / size + 1;
     fm_cf.size[c + 1] = size;
     for (; units * FM_ALIGN <= size; units++) cls_of[units] = (uint8_t)(c + 1);
@@ -236,7 +234,7 @@ uint32_t class_take(unsigned c, unsigned sh, struct fm_blk *b, uint32_t want, bo
   fm_lock(&h->lock);
   if (want == k->batch && h->xfer_n) {
     h->xfer_n--;
-    memcpy(b, h->xfer[h->xfer_n], want * sizeof *b);
+    memcpy(b, xfer[c][sh][h->xfer_n], want * sizeof *b);
     fm_unlock(&h->lock);
     return want;   /* they never left the shard's count of blocks out */
   }
@@ -298,7 +296,7 @@ void class_give(unsigned c, unsigned sh, const struct fm_blk *b, uint32_t n) {
   if (n == k->batch && h->xfer_n < k->xfer_max) {
     fm_lock(&h->lock);
     if (h->xfer_n < k->xfer_max) {
-      memcpy(h->xfer[h->xfer_n], b, n * sizeof *b);
+      memcpy(xfer[c][sh][h->xfer_n], b, n * sizeof *b);
       h->xfer_n++;
       fm_unlock(&h->lock);
       return;

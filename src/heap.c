@@ -38,7 +38,6 @@
  * lets it go. Tables come from the pool's large area and are never freed. */
 #include <errno.h>
 #include <link.h>
-#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -94,10 +93,26 @@ static uint64_t rng_next(struct heap_thread *t) {
   return x * 0x2545f4914f6cdd1dull;
 }
 
+/* -ln(u) for a normal u in (0, 1], within 1e-9: u = m * 2^e with m in [1/sqrt 2, sqrt 2), and
+ * ln m = 2 atanh(t), t = (m - 1) / (m + 1), |t| < 0.18, by its series to t^9. Here rather than
+ * libm's log(): libm would be one more library mapped into every program. */
+static double neg_ln(double u) {
+  uint64_t bits;
+  memcpy(&bits, &u, sizeof bits);
+  int e = (int)((bits >> 52) & 0x7ff) - 1023;
+  bits = (bits & ((1ull << 52) - 1)) | (1023ull << 52);
+  double m;
+  memcpy(&m, &bits, sizeof m);
+  if (m > 1.41421356237309504880) m *= 0.5, e++;
+  double t = (m - 1) / (m + 1), t2 = t * t;
+  double ln_m = 2 * t * (1 + t2 * (1.0 / 3 + t2 * (1.0 / 5 + t2 * (1.0 / 7 + t2 * (1.0 / 9)))));
+  return -(e * 0.69314718055994530942 + ln_m);
+}
+
 /* Bytes to the next sample: exponential with mean `mean`, at least 1. */
 static int64_t heap_interval(struct heap_thread *t) {
-  double u = (double)((rng_next(t) >> 11) + 1) * 0x1p-53;   /* (0, 1] */
-  double v = -log(u) * mean;
+  double u = (double)((rng_next(t) >> 11) + 1) * 0x1p-53;   /* (0, 1]: normal, never 0 */
+  double v = neg_ln(u) * mean;
   return v < 1 ? 1 : v > 0x1p62 ? (int64_t)1 << 62 : (int64_t)v;
 }
 

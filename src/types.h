@@ -185,7 +185,9 @@ struct fm_tcache {
   cacheline_aligned struct fm_blk b[FM_BINS][FM_CACHE_MAX];
 };
 
-/* A shard of a class: its spans with free blocks (by occupancy), a transfer cache, counters. */
+/* A shard of a class: its spans with free blocks (by occupancy), its transfer cache's count
+ * (the batches themselves are apart, in class.c, so that set-up and a small program touch a few
+ * pages of shards, not a page per shard), counters. */
 #define FM_BUCKETS 8u
 struct fm_shard {
   pthread_mutex_t lock;
@@ -196,8 +198,7 @@ struct fm_shard {
   uint32_t xfer_n;                    /* batches in the transfer cache */
   uint64_t out;                       /* blocks taken from this shard's spans, not given back */
   uint64_t peak, spans, spans_peak, borrows, exhausted;
-  struct fm_blk xfer[FM_XFER][FM_BATCH_MAX];   /* whole batches given back, still CACHED */
-} cacheline_aligned;
+} cacheline_aligned;   /* zero is its start (an unlocked mutex, epoch 0): set-up writes none of it */
 
 /* One size class: geometry and its shards. */
 struct fm_class {

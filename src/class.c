@@ -9,8 +9,13 @@
 /* ---- span geometry ----------------------------------------------------------------------- */
 static uintptr_t chunk_addr(uint32_t i) { return fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift); }
 static struct fm_line *line(uint32_t i) { return (struct fm_line *)&fm_pool.line[i]; }
-/* The state byte of block q of the span at head. */
-static fm_st *state_of(uint32_t head, uint32_t q) { return fm_st_q(chunk_addr(head), q); }
+/* The state byte of block q of the span at head: at its chunk's line's st + q (the line of the
+ * chunk the block starts in, when the states sit in the lines; else every line of the span
+ * names the span's states in the shadow). */
+static fm_st *state_of(const struct fm_class *k, uint32_t head, uint32_t q) {
+  uint32_t j = k->line_states ? (uint32_t)(((uint64_t)q * k->size) >> fm_pool.chunk_shift) : 0;
+  return (fm_st *)(line(head + j)->st + q);
+}
 /* Block number of p in the span at span_addr (p in it). */
 static uint32_t block_of(unsigned c, uintptr_t span_addr, const void *p) {
   return (uint32_t)(((unsigned __int128)((uintptr_t)p - span_addr) * fm_cf.magic[c + 1]) >> 64);
@@ -49,7 +54,7 @@ void *class_block(const void *p, unsigned c, fm_st **st) {
   const struct fm_class *k = &fm_pool.cls[c];
   uint32_t head, q;
   if (!locate(p, c, &head, &q)) return NULL;
-  if (st) *st = state_of(head, q);
+  if (st) *st = state_of(k, head, q);
   return (void *)(chunk_addr(head) + (uintptr_t)q * k->size);
 }
 
@@ -61,7 +66,7 @@ fm_st *class_verify(const void *p, unsigned c, enum fault_call call) {
   if ((uintptr_t)p & (FM_ALIGN - 1)) fault_bad(call, FAULT_MISALIGNED, p, (int)c);
   if (!locate(p, c, &head, &q)) fault_bad(call, FAULT_FOREIGN, p, (int)c);
   if (chunk_addr(head) + (uintptr_t)q * k->size != (uintptr_t)p) fault_bad(call, FAULT_INTERIOR, p, (int)c);
-  fm_st *st = state_of(head, q), s = st_load(st);
+  fm_st *st = state_of(k, head, q), s = st_load(st);
   if (st_live(s)) return st;
   if (s == ST_CACHED || s == ST_ZERO || s == ST_REMOTE || (s == ST_FREE && q < __atomic_load_n(&span_rec(head)->hw, __ATOMIC_RELAXED)))
     fault_bad(call, FAULT_FREED, p, (int)c);
@@ -96,6 +101,7 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     if (k->xfer_max < 1) k->xfer_max = 1;
     k->reserve = (uint64_t)heap_chunks * o->class_bp[c] / 10000;
     k->states = (uint32_t)((span + size - 1) / size);
+    k->line_states = (chunk + size - 1) / size <= FM_LINE_STATES;
     k->bucket_mul = (((uint64_t)FM_BUCKETS << 32) + n - 1) / n;   /* (nblocks - 1) * it >> 32 < FM_BUCKETS */
     fm_cf.magic[c + 1] = UINT64_MAX / size + 1;
     fm_cf.size[c + 1] = size;
@@ -145,8 +151,19 @@ static bool span_new(unsigned c, struct fm_shard *h) {
   if (got < 0) return false;
   uint32_t head = (uint32_t)got;
   /* every state FREE, also past the last block (the shadow may hold an earlier life's): then an
-   * address past it never reads LIVE, which is what free()'s fast path relies on */
-  memset(state_of(head, 0), ST_FREE, k->states);
+   * address past it never reads LIVE, which is what free()'s fast path relies on; each line
+   * says where its chunk's blocks' states are before its entry names the class */
+  uintptr_t span = chunk_addr(head), chunk = (uintptr_t)1 << fm_pool.chunk_shift;
+  if (!k->line_states) memset(fm_st_q(span, 0), ST_FREE, k->states);
+  for (uint32_t j = 0; j < k->span_chunks; j++) {
+    struct fm_line *l = line(head + j);
+    if (k->line_states) {
+      memset(l->own, ST_FREE, sizeof l->own);
+      l->st = (uintptr_t)l->own - (j * chunk + k->size - 1) / k->size;   /* its first block's number */
+    } else {
+      l->st = (uintptr_t)fm_st_q(span, 0);
+    }
+  }
   for (uint32_t j = 0; j < k->span_chunks; j++)
     __atomic_store_n(&line(head + j)->e, (uint64_t)chunk_addr(head) << 8 | (c + 1), __ATOMIC_RELEASE);
   uint64_t *sum = summary(head);
@@ -180,7 +197,7 @@ static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t
   struct fm_run *r = span_rec(head);
   uint64_t *sum = summary(head);
   uint8_t *base = (uint8_t *)chunk_addr(head);
-  fm_st *st0 = state_of(head, 0);
+  fm_st *st0 = state_of(k, head, 0);   /* the span's states, unless they sit in the lines */
   uint32_t got = 0, hw = r->hw;
   fm_st fresh = r->flags & RUN_DIRTY ? ST_CACHED : ST_ZERO;
   for (unsigned s = 0; s < 8 && got < want; s++)
@@ -189,12 +206,18 @@ static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t
       if (end > k->nblocks) end = k->nblocks;
       if (q >= hw) {   /* never handed out from here on: every block FREE, no state to read */
         uint32_t n = k->nblocks - q < want - got ? k->nblocks - q : want - got;
-        fm_st *sq = st0 + q;
         uint8_t *a = base + (size_t)q * k->size;
-        for (uint32_t i = 0; i < n; i++, sq++, a += k->size) {
-          st_store(sq, fresh);
-          b[got++] = (struct fm_blk){a, sq};
-        }
+        if (k->line_states)
+          for (uint32_t i = 0; i < n; i++, a += k->size) {
+            fm_st *sq = state_of(k, head, q + i);
+            st_store(sq, fresh);
+            b[got++] = (struct fm_blk){a, sq};
+          }
+        else
+          for (fm_st *sq = st0 + q, *end = sq + n; sq < end; sq++, a += k->size) {
+            st_store(sq, fresh);
+            b[got++] = (struct fm_blk){a, sq};
+          }
         /* the groups taken whole leave the summary; the one it stopped in stays */
         uint32_t past = (q += n) == k->nblocks ? groups(k) : q / 8;
         for (uint32_t x = g; x < past; x++) sum[x / 64] &= ~(1ull << (x % 64));
@@ -202,7 +225,7 @@ static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t
         continue;
       }
       for (; q < end && !left; q++) {
-        fm_st *sq = st0 + q;
+        fm_st *sq = k->line_states ? state_of(k, head, q) : st0 + q;
         if (st_load(sq) != ST_FREE) continue;
         if (got == want) {
           left = 1;
@@ -268,16 +291,20 @@ static void span_gave(const struct fm_class *k, struct fm_shard *h, uint32_t hea
 /* Marks FREE the CACHED blocks b[i], b[i+1], ... that lie in the span of line entry e (b[i]
  * does), setting their groups' bits in its summary sum (NULL: a span abandoned at fork, whose
  * states stay as they are); returns the index of the first entry that is not a block of that
- * span with its state beside it. An entry's state address says which block it is: one
- * subtraction, checked by a multiplication against the block's address. */
+ * span with its state beside it. An entry's state address, less its chunk's line's st, is the
+ * block's number: checked by a multiplication against the block's address. */
 static uint32_t give_run(const struct fm_class *k, uint64_t e, const struct fm_blk *b, uint32_t i, uint32_t n, uint64_t *sum) {
   /* locals: the state stores could alias the pool's fields for the compiler */
-  const uintptr_t span = (uintptr_t)(e >> 8), states = (uintptr_t)fm_st_q(span, 0);
+  const uintptr_t span = (uintptr_t)(e >> 8), heap = fm_pool.heap_base, heap_size = fm_pool.heap_size;
   const uintptr_t size = k->size, nblocks = k->nblocks;
+  const struct fm_line *lines = fm_pool.line;
+  const unsigned shift = fm_pool.chunk_shift;
   for (; i < n; i++) {
+    uintptr_t a = (uintptr_t)b[i].p, off = a - heap;
+    if (off >= heap_size) break;
     fm_st *st = b[i].st;
-    uintptr_t q = (uintptr_t)st - states;
-    if (q >= nblocks || span + q * size != (uintptr_t)b[i].p) break;
+    uintptr_t q = (uintptr_t)st - lines[off >> shift].st;
+    if (q >= nblocks || span + q * size != a) break;
     if (!st_cached(st_load(st))) fault_stop("a thread cache is damaged", b[i].p, (int)(k - fm_pool.cls));
     if (!sum) continue;
     st_store(st, ST_FREE);
@@ -381,7 +408,7 @@ int class_check(unsigned c) {
         if ((fm_pool.line[head].e & 0xff) != c + 1 || r->bucket != b || bucket_of(k, r->nfree) != b || r->shard != i) faults++;
         uint32_t nfree = 0;
         for (uint32_t q = 0; q < k->nblocks; q++) {
-          fm_st s = st_load(state_of(head, q));
+          fm_st s = st_load(state_of(k, head, q));
           if (s == ST_FREE) {
             nfree++;
             if (!(summary(head)[q / 512] >> (q / 8 % 64) & 1)) faults++;

@@ -38,7 +38,7 @@ static always_inline void fm_free(void *ptr) {
     uint64_t e = fm_pool.line[ch].e, magic = fm_cf.magic[(uint8_t)e];
     unsigned c1 = (uint8_t)e;
     unsigned __int128 m = (unsigned __int128)((uintptr_t)ptr - (e >> 8)) * magic;
-    fm_st *st = fm_st_q((uintptr_t)(e >> 8), (uint64_t)(m >> 64));
+    fm_st *st = (fm_st *)(fm_pool.line[ch].st + (uint64_t)(m >> 64));
     struct fm_tcache *tc = fm_tc;
     struct fm_blk *top = tc->top[c1];
     if (likely((uint64_t)m < magic && *st == tc->tag && top < tc->lim[c1])) {   /* plain: its owner is the only writer */

@@ -30,16 +30,19 @@
  * on different shards share no lock, no span and no state line; a batch given back goes to the
  * shard of each block's span. A span whose blocks are all free returns to the heap.
  *
- * BLOCK STATE. Every block has a state byte in the shadow, a meta array below the heap (so no
- * overflow from a block reaches it) with 1/16 byte per heap byte: a span's states are packed
- * from the start of its part of the shadow, block q's at shadow + (span - heap_base) / 16 + q.
- * Packed, a large heap's states stay in cache (262,144 blocks: 256 KiB) where one byte per
- * 16-byte granule put each block of 1 KiB on a line of its own; free() finds q by one
+ * BLOCK STATE. Every block has a state byte out of the heap (so no overflow from a block
+ * reaches it), found from the chunk's line: block q's is at line.st + q. free() finds q by one
  * multiplication by the class's magic (q = high half, and the low half < magic iff the address
- * is a block start). Past its first 2 MiB (the states of the heap's first 32 MiB) the shadow is on
- * transparent huge pages: a span of 64 blocks of 1 KiB has its states on a 4 KiB page of their
- * own, a TLB miss per free in a large heap. A thread cache keeps each cached block's state address beside it, so
- * malloc() writes the state without looking the span up. A state is FREE (in its span; 0, so
+ * is a block start). A class of at most 16 blocks a chunk (1 KiB and up with 16 KiB chunks)
+ * keeps the states of the blocks starting in a chunk in that chunk's line itself, so a free
+ * reads one cache line of meta; a smaller class's states are packed per span in the shadow, a
+ * meta array of 1/16 byte per heap byte, from the start of the span's part of it (every line of
+ * the span names it). Packed, a large heap's states stay in cache (262,144 blocks of 64 B:
+ * 256 KiB). Past its first 2 MiB (the states of the heap's first 32 MiB) the shadow is on
+ * transparent huge pages: a span of 256 blocks of 256 B has its states on a 4 KiB page of
+ * their own, a TLB miss per free in a large heap. A thread cache keeps each cached block's
+ * state address beside it, so malloc() writes the state without looking the span up.
+ * A state is FREE (in its span; 0, so
  * fresh memory needs no set-up), CACHED (in a thread cache; ZERO when it was never handed out
  * and its pages never written), REMOTE (freed by a thread that does not own it, on its owner's
  * remote stack) or LIVE: OWNED + slot when a thread with a cache handed it out, LIVE when a
@@ -147,10 +150,14 @@ struct fm_cf {
   uint32_t size[256];
 };
 
-/* One per chunk, in the meta area: what free() reads about a chunk. */
+/* One per chunk, in the meta area: all free() reads about a chunk, in half a cache line. */
+#define FM_LINE_STATES 16u
 struct fm_line {
   uint64_t e;                    /* span address << 8 | (class + 1); 0: not in a span */
+  uintptr_t st;                  /* block q starting in this chunk has its state at st + q */
+  fm_st own[FM_LINE_STATES];     /* those states, for a class of at most 16 blocks a chunk */
 };
+_Static_assert(sizeof(struct fm_line) == 32, "two lines to a cache line, found by one shift");
 
 /* A cached block and its state byte: the cache keeps the state's address so malloc() writes it
  * without looking the span up. */
@@ -205,6 +212,7 @@ struct fm_class {
   uint32_t size, batch, nblocks, span_chunks;
   uint32_t xfer_max;                  /* batches a shard's transfer cache holds */
   uint32_t states;                    /* state bytes of a span: one per multiple of size below its end */
+  bool line_states;                   /* the states sit in the chunks' lines (16 or fewer blocks a chunk) */
   uint64_t bucket_mul;                /* 2^32 * FM_BUCKETS / nblocks, rounded up (bucket_of) */
   uint64_t reserve;                   /* chunks held for this class (FLATMALLOC_CLASSES percent) */
   struct fm_shard sh[FM_SHARDS];
@@ -256,8 +264,8 @@ struct fm_pool {
   size_t heap_chunks;        /* chunks in the heap; 0 sends every free to the slow path */
   size_t small_lim;          /* sizes below this take the fast path; 0 before start-up */
   const uint8_t *cls_of;     /* (size + 15) / 16 -> class + 1 */
-  const struct fm_line *line;   /* per chunk: span and class */
-  uintptr_t st_bias;         /* a span's states start at st_bias + span address / 16 (shadow - heap_base / 16) */
+  const struct fm_line *line;   /* per chunk: span, class, where its blocks' states are */
+  uintptr_t st_bias;         /* a shadow span's states start at st_bias + span address / 16 (shadow - heap_base / 16) */
   unsigned chunk_shift;
   uint64_t key;              /* random, per process */
 
@@ -288,7 +296,7 @@ hidden extern struct fm_cf fm_cf;
 hidden extern __thread struct fm_tcache *fm_tc __attribute__((tls_model("initial-exec")));
 hidden extern struct fm_tcache fm_tc_empty;
 
-/* The state byte of block q of the span at span_addr (BLOCK STATE above). */
+/* The shadow's state byte of block q of the span at span_addr (BLOCK STATE above). */
 static inline fm_st *fm_st_q(uintptr_t span_addr, uint64_t q) { return (fm_st *)(fm_pool.st_bias + (span_addr >> 4) + q); }
 
 #endif

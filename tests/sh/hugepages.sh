@@ -7,7 +7,8 @@
 # MADV_HUGEPAGE) past its first 2 MiB, the states of the heap's first 32 MiB:
 # 1. FLATMALLOC_POOL=1G (a 64 MiB table): one range of exactly 62 MiB is marked (VmFlags hg).
 # 2. A small heap (1,000 blocks of 64 B) has no huge page there.
-# 3. A large one (262,144 blocks of 1 KiB, 256 MiB) has, when the kernel offers transparent huge
+# 3. A large one (524,288 blocks of 256 B, 128 MiB; bigger blocks keep their states in the
+#    chunks' lines) has, when the kernel offers transparent huge
 #    pages (/sys/kernel/mm/transparent_hugepage/enabled not "[never]"); when it does not, the
 #    range is still marked and the blocks keep their contents.
 # 4. FLATMALLOC_POOL=64M (a 4 MiB table): nothing is marked.
@@ -41,8 +42,8 @@ fm_check "a small heap has no huge page in the marked range"
 [ "$(field huge_kb "$out")" = 0 ] || fm_fail "$out"
 fm_ok "huge_kb=0"
 
-fm_check "262,144 blocks of 1 KiB: the marked range holds huge pages"
-out=$(run big FLATMALLOC_POOL=1G -- 262144 1024)
+fm_check "524,288 blocks of 256 B: the marked range holds huge pages"
+out=$(run big FLATMALLOC_POOL=1G -- 524288 256)
 [ "$(field hg_kb "$out")" = $((62 * 1024)) ] || fm_fail "marked: $out"
 if grep -q '\[never\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || \
    [ ! -e /sys/kernel/mm/transparent_hugepage/enabled ]; then

@@ -28,7 +28,13 @@ void *block_alloc_aligned(size_t align, size_t size) {
 }
 
 void block_free(void *p) {
-  int c = class_at(p);
+  fm_st *st;
+  int c = class_find(p, &st);
+  if (c >= 0 && st_live(st_load(st))) {   /* the common case; class_verify names any fault */
+    tcache_free(p, (unsigned)c, st);
+    return;
+  }
+  c = class_at(p);
   if (c >= 0) {
     tcache_free(p, (unsigned)c, class_verify(p, (unsigned)c, CALL_FREE));
   } else if ((uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {

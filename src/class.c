@@ -41,6 +41,21 @@ int class_at(const void *p) {
   return c == FM_NO_CLASS ? -1 : (int)c - 1;
 }
 
+/* The class of the block that starts at p and its state byte, from p's line alone (as free()'s
+ * fast path finds them); -1 when p starts no block of a span. */
+int class_find(const void *p, fm_st **st) {
+  uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
+  if (off >= fm_pool.heap_size) return -1;
+  const struct fm_line *l = &fm_pool.line[off >> fm_pool.chunk_shift];
+  uint64_t e = __atomic_load_n(&l->e, __ATOMIC_ACQUIRE), magic = fm_cf.magic[(uint8_t)e];
+  unsigned __int128 m = (unsigned __int128)((uintptr_t)p - (e >> 8)) * magic;
+  if ((uint64_t)m >= magic) return -1;   /* inside a block, or no class (magic 0) */
+  unsigned c = (uint8_t)e - 1u;
+  if ((uint64_t)(m >> 64) >= fm_pool.cls[c].nblocks) return -1;
+  *st = (fm_st *)(l->st + (uint64_t)(m >> 64));
+  return (int)c;
+}
+
 /* The span (its first chunk) and the number of the block of class c that holds p, p being in a
  * span of that class; false when p lies past the span's last block. */
 static bool locate(const void *p, unsigned c, uint32_t *head, uint32_t *q) {

@@ -72,6 +72,7 @@ hidden bool large_resize(void *p, size_t size);
 hidden void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chunks);
 hidden unsigned class_of(size_t size);
 hidden int class_at(const void *p);   /* class of the span holding p, or -1 */
+hidden int class_find(const void *p, fm_st **st);   /* class and state of the block starting at p, or -1 */
 hidden void *class_block(const void *p, unsigned c, fm_st **st);
 hidden fm_st *class_verify(const void *p, unsigned c, enum fault_call call);   /* state of LIVE block p, or stops */
 hidden uint32_t class_take(unsigned c, unsigned shard, struct fm_blk *b, uint32_t want, bool grow);

@@ -119,9 +119,9 @@ static void remote_collect(struct fm_tcache *tc, struct fm_tcache *to, uint32_t 
   }
   while (pending(tc) && most--) {
     void *p = (void *)pending(tc);
-    int c = class_at(p);
     fm_st *st;
-    if (c < 0 || class_block(p, (unsigned)c, &st) != p) fault_stop("a block freed by another thread was damaged", p, c);
+    int c = class_find(p, &st);
+    if (c < 0) fault_stop("a block freed by another thread was damaged", p, class_at(p));
     if (st_load(st) != ST_REMOTE) fault_stop("double free (by two threads at once)", p, c);
     __atomic_store_n(&tc->pending, *(uintptr_t *)p ^ mix(p), __ATOMIC_RELAXED);
     st_store(st, ST_CACHED);

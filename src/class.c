@@ -206,13 +206,20 @@ static void span_retire(const struct fm_class *k, struct fm_shard *h, uint32_t h
 }
 
 /* ---- batches ----------------------------------------------------------------------------- */
+/* state_of in a loop over one span, st0 being its block 0's state: the shadow's are in a row
+ * (in_lines: k->line_states, read once by the caller, as the stores in the loop might alias it). */
+static inline fm_st *span_state(const struct fm_class *k, bool in_lines, uint32_t head, fm_st *st0, uint32_t q) {
+  return in_lines ? state_of(k, head, q) : st0 + q;
+}
+
 /* Takes up to `want` FREE blocks of span head into b, marking them CACHED (ZERO when never
  * handed out from a span made of memory that held no pages). */
 static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t head, struct fm_blk *b, uint32_t want) {
   struct fm_run *r = span_rec(head);
   uint64_t *sum = summary(head);
   uint8_t *base = (uint8_t *)chunk_addr(head);
-  fm_st *st0 = state_of(k, head, 0);   /* the span's states, unless they sit in the lines */
+  fm_st *st0 = state_of(k, head, 0);
+  const bool in_lines = k->line_states;
   uint32_t got = 0, hw = r->hw;
   fm_st fresh = r->flags & RUN_DIRTY ? ST_CACHED : ST_ZERO;
   for (unsigned s = 0; s < 8 && got < want; s++)
@@ -222,17 +229,11 @@ static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t
       if (q >= hw) {   /* never handed out from here on: every block FREE, no state to read */
         uint32_t n = k->nblocks - q < want - got ? k->nblocks - q : want - got;
         uint8_t *a = base + (size_t)q * k->size;
-        if (k->line_states)
-          for (uint32_t i = 0; i < n; i++, a += k->size) {
-            fm_st *sq = state_of(k, head, q + i);
-            st_store(sq, fresh);
-            b[got++] = (struct fm_blk){a, sq};
-          }
-        else
-          for (fm_st *sq = st0 + q, *end = sq + n; sq < end; sq++, a += k->size) {
-            st_store(sq, fresh);
-            b[got++] = (struct fm_blk){a, sq};
-          }
+        for (uint32_t i = q; i < q + n; i++, a += k->size) {
+          fm_st *sq = span_state(k, in_lines, head, st0, i);
+          st_store(sq, fresh);
+          b[got++] = (struct fm_blk){a, sq};
+        }
         /* the groups taken whole leave the summary; the one it stopped in stays */
         uint32_t past = (q += n) == k->nblocks ? groups(k) : q / 8;
         for (uint32_t x = g; x < past; x++) sum[x / 64] &= ~(1ull << (x % 64));
@@ -240,7 +241,7 @@ static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t
         continue;
       }
       for (; q < end && !left; q++) {
-        fm_st *sq = k->line_states ? state_of(k, head, q) : st0 + q;
+        fm_st *sq = span_state(k, in_lines, head, st0, q);
         if (st_load(sq) != ST_FREE) continue;
         if (got == want) {
           left = 1;
@@ -314,11 +315,13 @@ static uint32_t give_run(const struct fm_class *k, uint64_t e, const struct fm_b
   const uintptr_t size = k->size, nblocks = k->nblocks;
   const struct fm_line *lines = fm_pool.line;
   const unsigned shift = fm_pool.chunk_shift;
+  const bool in_lines = k->line_states;
+  const uintptr_t st0 = lines[(span - heap) >> shift].st;   /* every line's, unless in_lines */
   for (; i < n; i++) {
     uintptr_t a = (uintptr_t)b[i].p, off = a - heap;
     if (off >= heap_size) break;
     fm_st *st = b[i].st;
-    uintptr_t q = (uintptr_t)st - lines[off >> shift].st;
+    uintptr_t q = (uintptr_t)st - (in_lines ? lines[off >> shift].st : st0);
     if (q >= nblocks || span + q * size != a) break;
     if (!st_cached(st_load(st))) fault_stop("a thread cache is damaged", b[i].p, (int)(k - fm_pool.cls));
     if (!sum) continue;

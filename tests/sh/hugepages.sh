@@ -8,9 +8,9 @@
 # 1. FLATMALLOC_POOL=1G (a 64 MiB table): one range of exactly 62 MiB is marked (VmFlags hg).
 # 2. A small heap (1,000 blocks of 64 B) has no huge page there.
 # 3. A large one (524,288 blocks of 256 B, 128 MiB; bigger blocks keep their states in the
-#    chunks' lines) has, when the kernel offers transparent huge
-#    pages (/sys/kernel/mm/transparent_hugepage/enabled not "[never]"); when it does not, the
-#    range is still marked and the blocks keep their contents.
+#    chunks' lines) has, when the kernel offers transparent huge pages
+#    (/sys/kernel/mm/transparent_hugepage/enabled not "[never]"); when it does not, the range
+#    is still marked and the blocks keep their contents.
 # 4. FLATMALLOC_POOL=64M (a 4 MiB table): nothing is marked.
 set -euo pipefail
 export LC_ALL=C

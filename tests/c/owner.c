@@ -246,7 +246,8 @@ static int overflow_child(size_t size, size_t len, uint8_t byte, bool double_fre
     return 0;
 }
 
-static const size_t sizes[] = {16, 32, 48, 64, 96, 128, 160, 256, 320, 336, 384, 512};
+/* up to 512 B the states sit in the shadow; from 1 KiB (16 KiB chunks) in the chunks' lines */
+static const size_t sizes[] = {16, 32, 48, 64, 96, 128, 160, 256, 320, 336, 384, 512, 1024, 2048, 4096};
 static const size_t lens[] = {1, 8, 1984};
 
 /* Size s, overflow l (3: 0x01 bytes, then a double free). */
@@ -278,7 +279,7 @@ static void case_overflow(void)
                       "%zu B, %zu bytes: status %#x: %s", sizes[s], lens[l], st, msg);
             }
         }
-    printf("ok  overflow: 1, 8 and 1984 bytes of 0x00 past blocks of 16-512 B hand out no held block; "
+    printf("ok  overflow: 1, 8 and 1984 bytes of 0x00 past blocks of 16 B-4 KiB hand out no held block; "
            "0x01 then a double free stops\n");
 }
 

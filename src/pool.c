@@ -88,9 +88,9 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
                  "the commit limit (vm.overcommit_memory=2) refused the pool's tables");
   P->line = (const struct fm_line *)(base + L->line_off);
   /* The state shadow past its first 2 MiB (which holds the states of the heap's first 32 MiB)
-   * on transparent huge pages: a free in a large heap of big blocks then reads its state
-   * without a TLB miss (a span of 64 blocks of 1 KiB has its states on a 4 KiB page of their
-   * own), while a small heap never touches it. At most 1/16 of the heap's extent. */
+   * on transparent huge pages: a free in a large heap then reads its state without a TLB miss
+   * (a span of 256 blocks of 256 B has its states on a 4 KiB page of their own), while a small
+   * heap never touches it. At most 1/16 of the heap's extent. */
   size_t shadow_end = (L->shadow_off + (L->nchunks << (shift - 4))) & ~(size_t)(POOL_ALIGN - 1);
   if (!P->valgrind && !P->lazy_commit && shadow_end > 2 * (size_t)POOL_ALIGN)
     os_hugepages((void *)(base + POOL_ALIGN), shadow_end - POOL_ALIGN);

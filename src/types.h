@@ -41,12 +41,11 @@
  * 256 KiB). Past its first 2 MiB (the states of the heap's first 32 MiB) the shadow is on
  * transparent huge pages: a span of 256 blocks of 256 B has its states on a 4 KiB page of
  * their own, a TLB miss per free in a large heap. A thread cache keeps each cached block's
- * state address beside it, so malloc() writes the state without looking the span up.
- * A state is FREE (in its span; 0, so
- * fresh memory needs no set-up), CACHED (in a thread cache; ZERO when it was never handed out
- * and its pages never written), REMOTE (freed by a thread that does not own it, on its owner's
- * remote stack) or LIVE: OWNED + slot when a thread with a cache handed it out, LIVE when a
- * thread without one did.
+ * state address beside it, so malloc() writes the state without looking the span up. A state
+ * is FREE (in its span; 0, so fresh memory needs no set-up), CACHED (in a thread cache; ZERO
+ * when it was never handed out and its pages never written), REMOTE (freed by a thread that
+ * does not own it, on its owner's remote stack) or LIVE: OWNED + slot when a thread with a
+ * cache handed it out, LIVE when a thread without one did.
  *
  * ONE WRITER PER STATE. The thread whose slot owns a LIVE block is the only one that writes its
  * state with plain stores: free() of its own block (LIVE -> CACHED) and malloc() (CACHED -> its

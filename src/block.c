@@ -90,10 +90,10 @@ void *block_alloc_direct(size_t size) {
 }
 
 bool block_free_direct(void *p) {
-  int c = class_at(p);
   fm_st *st;
+  int c = class_find(p, &st);
   if (c >= 0) {
-    if (class_block(p, (unsigned)c, &st) != p || !st_live(st_load(st))) return false;
+    if (!st_live(st_load(st))) return false;
     tcache_free_direct(p, (unsigned)c, st);
     return true;
   }

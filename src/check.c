@@ -84,7 +84,7 @@ enum check_verdict check_find(void *p, struct check_block *f) {
   f->b = (uint8_t *)h - (size_t)h->off16 * FM_ALIGN;
   if (f->cls >= 0) {
     /* the header must sit inside the block that p's address belongs to */
-    if (class_block((uint8_t *)p - 1, (unsigned)f->cls, NULL) != f->b) return V_INTERIOR;
+    if (class_block((uint8_t *)p - 1, (unsigned)f->cls) != f->b) return V_INTERIOR;
   } else if (class_at(f->b) >= 0 || !large_owns(f->b)) {
     return V_INTERIOR;
   }

@@ -64,12 +64,11 @@ static bool locate(const void *p, unsigned c, uint32_t *head, uint32_t *q) {
   return *q < fm_pool.cls[c].nblocks;
 }
 
-/* Start of the block of class c that holds p (p in a span of c), and its state byte. */
-void *class_block(const void *p, unsigned c, fm_st **st) {
+/* Start of the block of class c that holds p (p in a span of c). */
+void *class_block(const void *p, unsigned c) {
   const struct fm_class *k = &fm_pool.cls[c];
   uint32_t head, q;
   if (!locate(p, c, &head, &q)) return NULL;
-  if (st) *st = state_of(k, head, q);
   return (void *)(chunk_addr(head) + (uintptr_t)q * k->size);
 }
 

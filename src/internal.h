@@ -73,7 +73,7 @@ hidden void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t he
 hidden unsigned class_of(size_t size);
 hidden int class_at(const void *p);   /* class of the span holding p, or -1 */
 hidden int class_find(const void *p, fm_st **st);   /* class and state of the block starting at p, or -1 */
-hidden void *class_block(const void *p, unsigned c, fm_st **st);
+hidden void *class_block(const void *p, unsigned c);   /* start of the block of class c holding p */
 hidden fm_st *class_verify(const void *p, unsigned c, enum fault_call call);   /* state of LIVE block p, or stops */
 hidden uint32_t class_take(unsigned c, unsigned shard, struct fm_blk *b, uint32_t want, bool grow);
 hidden void class_give(unsigned c, unsigned shard, const struct fm_blk *b, uint32_t n);

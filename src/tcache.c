@@ -379,8 +379,7 @@ int tcache_check(void) {
       bytes += (uint64_t)room(tc, c1) * fm_pool.cls[c].size;
       for (uint32_t j = 0; j < cached(tc, c1) && j < FM_CACHE_MAX; j++) {
         fm_st *st;
-        void *p = tc->b[c1][j].p;
-        if (class_at(p) != (int)c || class_block(p, c, &st) != p || !st_cached(st_load(st)) || st != tc->b[c1][j].st) faults++;
+        if (class_find(tc->b[c1][j].p, &st) != (int)c || !st_cached(st_load(st)) || st != tc->b[c1][j].st) faults++;
       }
     }
     if (bytes != tc->cap_bytes) faults++;

@@ -211,7 +211,9 @@ static inline fm_st *span_state(const struct fm_class *k, bool in_lines, uint32_
   return in_lines ? state_of(k, head, q) : st0 + q;
 }
 
-/* Takes up to `want` FREE blocks of span head into b, marking them CACHED (ZERO when never
+/* Takes up to `want` FREE blocks of span head into b[want - 1], b[want - 2], ... (lowest
+ * address highest, so that a cache, popping from its top, hands them out in address order: a
+ * program that fills them in turn walks memory forwards), marking them CACHED (ZERO when never
  * handed out from a span made of memory that held no pages). */
 static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t head, struct fm_blk *b, uint32_t want) {
   struct fm_run *r = span_rec(head);
@@ -231,7 +233,7 @@ static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t
         for (uint32_t i = q; i < q + n; i++, a += k->size) {
           fm_st *sq = span_state(k, in_lines, head, st0, i);
           st_store(sq, fresh);
-          b[got++] = (struct fm_blk){a, sq};
+          b[want - ++got] = (struct fm_blk){a, sq};
         }
         /* the groups taken whole leave the summary; the one it stopped in stays */
         uint32_t past = (q += n) == k->nblocks ? groups(k) : q / 8;
@@ -247,7 +249,7 @@ static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t
           break;
         }
         st_store(sq, q >= hw ? fresh : ST_CACHED);
-        b[got++] = (struct fm_blk){base + (size_t)q * k->size, sq};
+        b[want - ++got] = (struct fm_blk){base + (size_t)q * k->size, sq};
       }
       if (q > hw) hw = q;   /* blocks below the last one looked at were handed out or are now */
       if (!left) sum[s] &= ~(1ull << (g % 64));
@@ -263,8 +265,8 @@ static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t
 }
 
 /* Moves up to `want` blocks of class c from shard sh, fullest spans first, into b (state
- * CACHED); with grow, takes a new span from the pool when no span has a free block. Returns
- * the count. */
+ * CACHED), the lowest address last; with grow, takes a new span from the pool when no span has
+ * a free block. Returns the count. */
 uint32_t class_take(unsigned c, unsigned sh, struct fm_blk *b, uint32_t want, bool grow) {
   struct fm_class *k = &fm_pool.cls[c];
   struct fm_shard *h = &k->sh[sh];
@@ -276,14 +278,15 @@ uint32_t class_take(unsigned c, unsigned sh, struct fm_blk *b, uint32_t want, bo
     fm_unlock(&h->lock);
     return want;   /* they never left the shard's count of blocks out */
   }
-  while (got < want) {
+  while (got < want) {   /* each span fills the top of what is left */
     if (!h->bucket_map && (!grow || !span_new(c, h))) break;
     uint32_t head = h->bucket[__builtin_ctz(h->bucket_map)] - 1;
-    got += span_take(k, h, head, b + got, want - got);
+    got += span_take(k, h, head, b, want - got);
   }
   h->out += got;
   if (h->out > h->peak) h->peak = h->out;
   fm_unlock(&h->lock);
+  if (got < want) memmove(b, b + want - got, got * sizeof *b);
   return got;
 }
 

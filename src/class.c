@@ -313,22 +313,27 @@ static void span_gave(const struct fm_class *k, struct fm_shard *h, uint32_t hea
  * block's number: checked by a multiplication against the block's address. */
 static uint32_t give_run(const struct fm_class *k, uint64_t e, const struct fm_blk *b, uint32_t i, uint32_t n, uint64_t *sum) {
   /* locals: the state stores could alias the pool's fields for the compiler */
-  const uintptr_t span = (uintptr_t)(e >> 8), heap = fm_pool.heap_base, heap_size = fm_pool.heap_size;
-  const uintptr_t size = k->size, nblocks = k->nblocks;
+  const uintptr_t span = (uintptr_t)(e >> 8), heap = fm_pool.heap_base;
+  const uintptr_t size = k->size, nblocks = k->nblocks, bytes = (uintptr_t)k->span_chunks << fm_pool.chunk_shift;
   const struct fm_line *lines = fm_pool.line;
   const unsigned shift = fm_pool.chunk_shift;
   const bool in_lines = k->line_states;
   const uintptr_t st0 = lines[(span - heap) >> shift].st;   /* every line's, unless in_lines */
+  uintptr_t set = UINTPTR_MAX;   /* the group whose summary bit the last block set */
   for (; i < n; i++) {
-    uintptr_t a = (uintptr_t)b[i].p, off = a - heap;
-    if (off >= heap_size) break;
+    uintptr_t a = (uintptr_t)b[i].p, q;
     fm_st *st = b[i].st;
-    uintptr_t q = (uintptr_t)st - (in_lines ? lines[off >> shift].st : st0);
+    if (in_lines) {
+      if (a - span >= bytes) break;   /* (its line is then one of the span's) */
+      q = (uintptr_t)st - lines[(a - heap) >> shift].st;
+    } else {
+      q = (uintptr_t)st - st0;
+    }
     if (q >= nblocks || span + q * size != a) break;
     if (!st_cached(st_load(st))) fault_stop("a thread cache is damaged", b[i].p, (int)(k - fm_pool.cls));
     if (!sum) continue;
     st_store(st, ST_FREE);
-    sum[q / 512] |= 1ull << (q / 8 % 64);
+    if (q / 8 != set) sum[q / 512] |= 1ull << ((set = q / 8) % 64);   /* blocks in address order share it */
   }
   return i;
 }

@@ -92,7 +92,7 @@
 /* ---- may be modified --------------------------------------------------------------------- */
 #define FM_CLASS_MAX 64              /* most size classes FLATMALLOC_CLASSES may declare */
 #define FM_SMALL_MAX (1u << 20)      /* largest class size allowed */
-#define FM_BATCH_BYTES (64u << 10)   /* a batch holds about this many bytes ... */
+#define FM_BATCH_BYTES (32u << 10)   /* a batch holds about this many bytes ... */
 #define FM_BATCH_MIN 4u              /* ... but never fewer blocks than this */
 #define FM_BATCH_MAX 32u             /* ... nor more than this; a cache holds two batches */
 #define FM_SPAN_MIN (64u << 10)      /* a span covers at least this, and at least 8 blocks */

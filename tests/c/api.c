@@ -575,6 +575,16 @@ static void test_calloc_zero(void)
  * to the pool with their pages): never handed out in their new span, yet not zero. And calloc
  * of fresh memory must not write it (outside checking mode and Valgrind): 2,000 blocks of 60,000 bytes
  * fault in about one page each, not fifteen. */
+/* Blocks take flatmalloc's thread-cache path: not checking mode, not under a Valgrind tool
+ * (which puts its vgpreload library in LD_PRELOAD), not the heap profiler (tests/heap samples
+ * every few KiB, and a sampled block takes another path). */
+static bool cache_path(void)
+{
+    const char *check = getenv("FLATMALLOC_CHECK"), *pre = getenv("LD_PRELOAD");
+    return fmt_flatmalloc && !(check && strcmp(check, "0")) && !(pre && strstr(pre, "vgpreload")) &&
+           !getenv("FLATMALLOC_HEAP");
+}
+
 static void test_calloc_reused_spans(void)
 {
     enum { N = 40000, M = 2000 };
@@ -595,12 +605,9 @@ static void test_calloc_reused_spans(void)
     }
     for (int i = 0; i < N / 4; i++)
         free(v[i]);
-    /* checking mode and Valgrind's tools (which put their vgpreload library in LD_PRELOAD)
-     * clear every block; so does the heap profiler for a sampled block that reuses a run freed
-     * earlier (tests/heap samples every few KiB, so nearly every block here) */
-    const char *check = getenv("FLATMALLOC_CHECK"), *pre = getenv("LD_PRELOAD");
-    if (fmt_flatmalloc && !(check && strcmp(check, "0")) && !(pre && strstr(pre, "vgpreload")) &&
-        !getenv("FLATMALLOC_HEAP")) {
+    /* checking mode and Valgrind's tools clear every block; so does the heap profiler for a
+     * sampled block that reuses a run freed earlier (nearly every block here) */
+    if (cache_path()) {
         struct rusage r0, r1;
         getrusage(RUSAGE_SELF, &r0);
         for (int i = 0; i < M; i++) {
@@ -637,11 +644,7 @@ static void test_address_order(void)
         CHECK((unsigned char)v[i][149] == (i & 0xff), "block #%d of 150 B was overwritten", i);
         free(v[i]);
     }
-    /* checking mode and Valgrind's tools take another path (no thread cache), and so does a
-     * block the heap profiler samples (tests/heap samples every few KiB) */
-    const char *check = getenv("FLATMALLOC_CHECK"), *pre = getenv("LD_PRELOAD");
-    if (fmt_flatmalloc && !(check && strcmp(check, "0")) && !(pre && strstr(pre, "vgpreload")) &&
-        !getenv("FLATMALLOC_HEAP"))
+    if (cache_path())
         CHECK(up >= N - 1 - N / 100, "%d of %d consecutive blocks of 150 B came at a higher address", up, N - 1);
     puts("ok  consecutive blocks of one size come in address order");
 }

@@ -4,19 +4,21 @@
 # usage: heap.sh PATH/TO/libflatmalloc.so PATH/TO/sites PATH/TO/scripts/flatmalloc
 #
 # sites (sites.c) has three known call sites: one keeps 64 MiB live, one 8 MiB (posix_memalign),
-# one allocates 1 GiB and frees it. At the default sampling interval (512K), google-pprof must rank them:
+# one allocates 1 GiB and frees it. At one sample per 128 KiB, google-pprof must rank them:
 #   --inuse_space: site_keep64 first with 80-95 %, site_keep8 second;
 #   --alloc_space: site_churn first.
-# Checked through `flatmalloc heap -o F -- sites plain` (the program's output unchanged, one
-# F.PID, --svg and --collapsed work), in a forked child (one file per process; the child's
+# Checked through `flatmalloc heap -o F --sample 128K -- sites plain` (the program's output
+# unchanged, one F.PID, --svg and --collapsed work; without --sample the profile's header names
+# the default interval, 512 KiB), in a forked child (one file per process; the child's
 # ranks as above, the parent's holds none of the sites), across threads (blocks one thread
 # allocates and another frees leave the in-use report), after flatmalloc_heap_dump (the dump
 # ranks site_keep64 first; the exit profile, after site_keep64's blocks are freed, site_keep8),
 # after realloc grew a buffer to 40 MiB in place (counted at its size, between the two),
 # and after FLATMALLOC_HEAP_SIGNAL's signal (FILE.PID.1 as the dump). Bad settings stop the
-# program with one line. The ranks are statistical: with 8 MiB at one sample per 512 KiB the
-# 8 MiB site has about 16 samples, and a share outside 80-95 % for site_keep64 needs it to be
-# off by more than 2.3 standard deviations (about 1 run in 400).
+# program with one line. The ranks are statistical: at 128 KiB the 8 MiB site has about 64
+# samples (sd 12 %) and the 64 MiB site's 1,024 blocks of 64 KiB about 400 (sd 4 %), so
+# site_keep64's share (89 % expected) leaves 80-95 % about once in 10^5 checks. (At the
+# default 512 KiB it did in about 1.4 % of checks: 16 and 120 samples, sd 25 % and 9 %.)
 set -euo pipefail
 export LC_ALL=C
 . "$(dirname "${BASH_SOURCE[0]}")/../sh/lib.sh"
@@ -58,15 +60,19 @@ ranks() {
   fm_ok "--alloc_space: site_churn first ($(awk 'NR == 1 { print $1 " MB" }' "$T/alloc"))"
 }
 
-fm_check "flatmalloc heap -o F -- sites plain: output unchanged, one profile that pprof ranks"
+fm_check "flatmalloc heap -o F --sample 128K -- sites plain: output unchanged, one profile that pprof ranks"
 "$SITES" plain >"$T/want" || fm_fail "sites plain without the library failed"
-"$FM" heap -o "$T/plain" -- "$SITES" plain >"$T/got" 2>"$T/err" || { fm_show "$T/err" stderr; fm_fail "exit status $?"; }
+"$FM" heap -o "$T/plain" --sample 128K -- "$SITES" plain >"$T/got" 2>"$T/err" || { fm_show "$T/err" stderr; fm_fail "exit status $?"; }
 cmp -s "$T/want" "$T/got" || { fm_show "$T/got" stdout; fm_fail "the program's output changed"; }
 grep -q "google-pprof --text" "$T/err" || { fm_show "$T/err" stderr; fm_fail "no hint to google-pprof on stderr"; }
 mapfile -t files < <(parts "$T/plain")
 [ ${#files[@]} -eq 1 ] || fm_fail "expected one profile, found ${#files[@]}"
-head -n 1 "${files[0]}" | grep -Eq '^heap profile: +[0-9]+: +[0-9]+ \[ +[0-9]+: +[0-9]+\] @ heap_v2/524288$' ||
+head -n 1 "${files[0]}" | grep -Eq '^heap profile: +[0-9]+: +[0-9]+ \[ +[0-9]+: +[0-9]+\] @ heap_v2/131072$' ||
   fm_fail "header: $(head -n 1 "${files[0]}")"
+"$FM" heap -o "$T/default" -- "$SITES" plain >/dev/null 2>&1 || fm_fail "without --sample: exit status $?"
+mapfile -t dfiles < <(parts "$T/default")
+[ ${#dfiles[@]} -eq 1 ] && head -n 1 "${dfiles[0]}" | grep -Eq ' @ heap_v2/524288$' ||
+  fm_fail "without --sample: expected one profile whose header names 524288, got ${dfiles[*]:-none}: $(head -n 1 "${dfiles[0]:-/dev/null}")"
 grep -q '^MAPPED_LIBRARIES:$' "${files[0]}" || fm_fail "no MAPPED_LIBRARIES section"
 ranks "${files[0]}"
 
@@ -76,6 +82,8 @@ grep -q '<svg' "$T/svg" && grep -q site_keep64 "$T/svg" || fm_fail "--svg: no gr
 google-pprof --collapsed --inuse_space "$SITES" "${files[0]}" >"$T/collapsed" 2>/dev/null || fm_fail "--collapsed failed"
 grep -Eq '(^|;)site_keep64(<[0-9a-f]+>)? [0-9]+$' "$T/collapsed" || { fm_show "$T/collapsed" collapsed; fm_fail "--collapsed: no stack ending in site_keep64"; }
 fm_ok "svg and collapsed stacks name site_keep64"
+
+export FLATMALLOC_HEAP_SAMPLE=128K   # the runs below rank the sites at one sample per 128 KiB
 
 fm_check "fork: one profile per process; the child's ranks the sites, the parent's has none"
 fm_preload env FLATMALLOC_HEAP="$T/fork" "$SITES" fork >"$T/got" || fm_fail "sites fork exited with $?"

@@ -42,6 +42,12 @@
  *              The block's tag is read (checked) before the timed free, as a program reads what
  *              it frees; --cold skips that read (metrics bigheap,cold_SIZE_...), so free meets
  *              the block and its neighbours out of cache.
+ *   xchg       as own (--threads T, 1-10,000), but one step in eight puts the slot's block into a
+ *              table of 4,096 entries shared by all threads instead of freeing it, and frees the
+ *              block it displaces (another thread's, mostly), its size and tag read from it:
+ *              xchg,tT_mops_per_s, and VmRSS after the run: xchg,tT_rss_kb (own prints it too).
+ *              Past 256 threads --ops is shared out (each thread does ops * 256 / T calls) and
+ *              the threads get 256 KiB stacks.
  *   idle       1,000 threads created one after another; each, when created, allocates 400
  *              blocks of 16 B-4 KiB, fills them, frees them in allocation order, and waits on a
  *              condition variable; when all 1,000 wait the main thread reads VmRSS, then lets
@@ -124,9 +130,18 @@ static void *xmalloc(size_t size)
   return p;
 }
 
+/* Threads of the many-thread runs get 256 KiB stacks (all allocators alike): 4,000 default
+ * 8 MiB stacks would only reserve address space, but the smaller ones keep VmRSS about the heap. */
+static size_t opt_stack;
+
 static void start_thread(pthread_t *th, void *(*fn)(void *), void *arg)
 {
-  int e = pthread_create(th, NULL, fn, arg);
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  if (opt_stack)
+    pthread_attr_setstacksize(&a, opt_stack);
+  int e = pthread_create(th, &a, fn, arg);
+  pthread_attr_destroy(&a);
   if (e) {
     errno = e;
     die("pthread_create");
@@ -229,7 +244,7 @@ static inline void slot_free(const char *mode, struct slot *s)
 /* ---------- own: private working sets ---------- */
 
 #define OWN_SLOTS 1000
-#define MAX_THREADS 256
+#define MAX_THREADS 10000
 
 struct own_worker {
   _Alignas(CACHE_LINE) pthread_t th;
@@ -239,7 +254,7 @@ struct own_worker {
   double t0, t1;
 };
 
-static struct own_worker own_workers[MAX_THREADS];
+static struct own_worker *own_workers;
 static pthread_barrier_t own_barrier;
 
 static void *own_run(void *arg)
@@ -262,6 +277,39 @@ static void *own_run(void *arg)
   return NULL;
 }
 
+/* Starts t workers of `ops` calls each (per thread; --ops is divided among the threads past
+ * 256, so that 4,000 threads do the work of 256), their slots outside the heap. */
+static void own_start(long t, long ops, void *(*run)(void *))
+{
+  own_workers = outside((size_t)t * sizeof *own_workers);
+  if (t > 256) {
+    ops = ops * 256 / t;
+    opt_stack = 256 << 10;
+  }
+  pthread_barrier_init(&own_barrier, NULL, (unsigned)t);
+  for (long i = 0; i < t; i++) {
+    struct own_worker *w = &own_workers[i];
+    w->slots = outside(OWN_SLOTS * sizeof(struct slot));
+    w->rng = seed * 1000003u + (uint64_t)i;
+    w->steps = ops / 2 > 1 ? ops / 2 : 1;
+    start_thread(&w->th, run, w);
+  }
+}
+
+/* The workers' wall-clock span: first start to last end; calls made. */
+static double own_join(long t, double *calls)
+{
+  double t0 = 1e300, t1 = 0;
+  *calls = 0;
+  for (long i = 0; i < t; i++) {
+    pthread_join(own_workers[i].th, NULL);
+    t0 = own_workers[i].t0 < t0 ? own_workers[i].t0 : t0;
+    t1 = own_workers[i].t1 > t1 ? own_workers[i].t1 : t1;
+    *calls += (double)own_workers[i].steps * 2;
+  }
+  return t1 - t0;
+}
+
 static void mode_own(void)
 {
   long t = pick(opt_threads, 2, 2);
@@ -270,22 +318,72 @@ static void mode_own(void)
     fprintf(stderr, "scale own: --threads must be 1..%d\n", MAX_THREADS);
     exit(2);
   }
-  pthread_barrier_init(&own_barrier, NULL, (unsigned)t);
-  for (long i = 0; i < t; i++) {
-    struct own_worker *w = &own_workers[i];
-    w->slots = outside(OWN_SLOTS * sizeof(struct slot));
-    w->rng = seed * 1000003u + (uint64_t)i;
-    w->steps = ops / 2;
-    start_thread(&w->th, own_run, w);
+  own_start(t, ops, own_run);
+  double calls, span = own_join(t, &calls);
+  printf("own,t%ld_mops_per_s,%.3f\n", t, calls / span / 1e6);
+  printf("own,t%ld_rss_kb,%ld\n", t, status_kb("VmRSS:"));
+}
+
+/* ---------- xchg: own working sets, one block in eight freed by another thread ---------- */
+
+/* A block put in the shared table carries its size beside its tag, for whoever takes it out. */
+#define XCHG_TABLE 4096
+static _Atomic(void *) xchg_table[XCHG_TABLE];
+
+static void *xchg_run(void *arg)
+{
+  struct own_worker *w = arg;
+  struct slot *s = w->slots;
+  uint64_t r = w->rng;
+  for (int i = 0; i < OWN_SLOTS; i++)
+    slot_fill(&s[i], rng_logsize(&r), rng_next(&r));
+  pthread_barrier_wait(&own_barrier);
+  w->t0 = now_s();
+  for (long k = 0; k < w->steps; k++) {
+    struct slot *v = &s[rng_below(&r, OWN_SLOTS)];
+    uint64_t x = rng_next(&r);
+    if ((x & 7) == 0) {
+      /* the block goes to the table; the one it displaces (most likely another thread's) is
+       * checked and freed here */
+      tag_check("xchg", v->p, v->size, v->tag);
+      __builtin_memcpy((char *)v->p + 8, &v->size, 4);
+      void *q = atomic_exchange_explicit(&xchg_table[(x >> 8) % XCHG_TABLE], v->p, memory_order_acq_rel);
+      if (q) {
+        uint64_t tag;
+        uint32_t size;
+        __builtin_memcpy(&tag, q, 8);
+        __builtin_memcpy(&size, (char *)q + 8, 4);
+        /* (its last 8 bytes hold the tag only where they miss the size) */
+        tag_check("xchg", q, size >= 20 ? size : 8, tag);
+        free(q);
+      }
+    } else {
+      slot_free("xchg", v);
+    }
+    slot_fill(v, rng_logsize(&r), r);
   }
-  double t0 = 1e300, t1 = 0;
-  for (long i = 0; i < t; i++) {
-    pthread_join(own_workers[i].th, NULL);
-    t0 = own_workers[i].t0 < t0 ? own_workers[i].t0 : t0;
-    t1 = own_workers[i].t1 > t1 ? own_workers[i].t1 : t1;
+  w->t1 = now_s();
+  for (int i = 0; i < OWN_SLOTS; i++)
+    slot_free("xchg", &s[i]);
+  return NULL;
+}
+
+static void mode_xchg(void)
+{
+  long t = pick(opt_threads, 2, 2);
+  long ops = pick(opt_ops, 4000000, 1500000);
+  if (t < 1 || t > MAX_THREADS) {
+    fprintf(stderr, "scale xchg: --threads must be 1..%d\n", MAX_THREADS);
+    exit(2);
   }
-  double calls = (double)t * (double)(ops / 2 * 2);
-  printf("own,t%ld_mops_per_s,%.3f\n", t, calls / (t1 - t0) / 1e6);
+  own_start(t, ops, xchg_run);
+  double calls, span = own_join(t, &calls);
+  for (int i = 0; i < XCHG_TABLE; i++) {
+    void *q = atomic_exchange(&xchg_table[i], NULL);
+    free(q);
+  }
+  printf("xchg,t%ld_mops_per_s,%.3f\n", t, calls / span / 1e6);
+  printf("xchg,t%ld_rss_kb,%ld\n", t, status_kb("VmRSS:"));
 }
 
 /* ---------- batch: N mallocs of one size, then N frees ---------- */
@@ -687,14 +785,14 @@ static const struct {
 } modes[] = {
   {"own", mode_own},         {"batch", mode_batch},   {"prodcons", mode_prodcons},
   {"falseshare", mode_falseshare}, {"larson", mode_larson}, {"map", mode_map},
-  {"bigheap", mode_bigheap}, {"idle", mode_idle},
+  {"bigheap", mode_bigheap}, {"idle", mode_idle}, {"xchg", mode_xchg},
 };
 
 static void usage(void)
 {
   fprintf(stderr, "usage: scale MODE [--quick] [--threads T] [--ops N] [--rounds N] [--size B]\n"
                   "                  [--order fifo|lifo|both] [--cold] [--seed S]\n"
-                  "modes: own batch prodcons falseshare larson map bigheap idle\n");
+                  "modes: own batch prodcons falseshare larson map bigheap idle xchg\n");
   exit(2);
 }
 

@@ -26,8 +26,24 @@ static uint64_t *summary(uint32_t head) { return (uint64_t *)span_rec(head + 1);
 static uint32_t groups(const struct fm_class *k) { return (k->nblocks + 7) / 8; }
 
 struct fm_cf fm_cf;
-/* Each shard's transfer cache: whole batches given back, still CACHED (fm_shard's xfer_n). */
-static struct fm_blk xfer[FM_CLASS_MAX][FM_SHARDS][FM_XFER][FM_BATCH_MAX];
+/* A shard's transfer cache: blocks given back as they came, still CACHED (fm_shard's xfer_n). */
+static struct fm_blk *xfer_of(const struct fm_class *k, const struct fm_shard *h) {
+  return fm_pool.xfer + ((size_t)(k - fm_pool.cls) * fm_pool.nshards + (size_t)(h - k->sh)) * FM_XFER;
+}
+
+/* Written under the shard's lock, read without it by class_give's first look. */
+static void xfer_set(struct fm_shard *h, uint32_t n) { __atomic_store_n(&h->xfer_n, n, __ATOMIC_RELAXED); }
+
+/* Shard sh of class k, locked; when another thread holds its lock (and may have been preempted
+ * holding it), the other shard of the same CPU if that one is free. */
+static struct fm_shard *shard_lock(struct fm_class *k, unsigned sh) {
+  struct fm_shard *h = &k->sh[sh];
+  if (fm_trylock(&h->lock)) return h;
+  if (fm_pool.nshards > 1 && fm_trylock(&k->sh[sh ^ 1].lock)) return &k->sh[sh ^ 1];
+  fm_count(CNT_WAIT);
+  fm_lock(&h->lock);
+  return h;
+}
 
 unsigned class_of(size_t size) { return fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN] - 1u; }
 
@@ -110,9 +126,9 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     k->batch = batch;
     k->nblocks = (uint32_t)n;
     k->span_chunks = (uint32_t)(span / chunk);
-    k->xfer_max = FM_XFER_BYTES / (batch * size);   /* blocks held there keep their spans out of the pool */
+    k->xfer_max = FM_XFER_BYTES / size;   /* blocks held there keep their spans out of the pool */
     if (k->xfer_max > FM_XFER) k->xfer_max = FM_XFER;
-    if (k->xfer_max < 1) k->xfer_max = 1;
+    if (k->xfer_max < batch) k->xfer_max = batch;
     k->reserve = (uint64_t)heap_chunks * o->class_bp[c] / 10000;
     k->states = (uint32_t)((span + size - 1) / size);
     k->line_states = (chunk + size - 1) / size <= FM_LINE_STATES;
@@ -281,26 +297,31 @@ static uint32_t span_take(const struct fm_class *k, struct fm_shard *h, uint32_t
   return got;
 }
 
-/* Moves up to `want` blocks of class c from shard sh, fullest spans first, into b (state
- * CACHED), the lowest address last; with grow, takes a new span from the pool when no span has
- * a free block. Returns the count. */
+/* Moves up to `want` blocks of class c from shard sh (or its sibling, shard_lock) into b (state
+ * CACHED): first from its transfer cache, then from its spans, fullest first, the lowest
+ * address last; with grow, takes a new span from the pool when no span has a free block.
+ * Returns the count. */
 uint32_t class_take(unsigned c, unsigned sh, struct fm_blk *b, uint32_t want, bool grow) {
   struct fm_class *k = &fm_pool.cls[c];
-  struct fm_shard *h = &k->sh[sh];
+  struct fm_shard *h = shard_lock(k, sh);
   uint32_t got = 0;
-  fm_lock(&h->lock);
-  if (want == k->batch && h->xfer_n) {
-    h->xfer_n--;
-    memcpy(b, xfer[c][sh][h->xfer_n], want * sizeof *b);
-    fm_unlock(&h->lock);
-    return want;   /* they never left the shard's count of blocks out */
+  if (h->xfer_n) {
+    uint32_t n = h->xfer_n < want ? h->xfer_n : want;
+    xfer_set(h, h->xfer_n - n);
+    memcpy(b + want - n, xfer_of(k, h) + h->xfer_n, n * sizeof *b);
+    got = n;   /* they never left the shards' count of blocks out */
+    if (got == want) {
+      fm_unlock(&h->lock);
+      return want;
+    }
   }
+  uint32_t cached = got;
   while (got < want) {   /* each span fills the top of what is left */
     if (!h->bucket_map && (!grow || !span_new(c, h))) break;
     uint32_t head = h->bucket[__builtin_ctz(h->bucket_map)] - 1;
     got += span_take(k, h, head, b, want - got);
   }
-  h->out += got;
+  h->out += got - cached;
   if (h->out > h->peak) h->peak = h->out;
   fm_unlock(&h->lock);
   if (got < want) memmove(b, b + want - got, got * sizeof *b);
@@ -373,18 +394,18 @@ static uint32_t give_run(const struct fm_class *k, uint64_t e, const struct fm_b
   return i;
 }
 
-/* Takes back n CACHED blocks of class c from a thread of shard sh: a whole batch goes to the
- * shard's transfer cache while it has room, anything else to the blocks' spans, each under the
+/* Takes back n CACHED blocks of class c from a thread of shard sh: they go to the shard's (or
+ * its sibling's) transfer cache while it has room, else to the blocks' spans, each under the
  * lock of its span's shard. Blocks of one span in a row share its look-ups (a batch freed in
  * allocation order is mostly such runs). */
 void class_give(unsigned c, unsigned sh, const struct fm_blk *b, uint32_t n) {
   struct fm_class *k = &fm_pool.cls[c];
   struct fm_shard *h = &k->sh[sh];
-  if (n == k->batch && h->xfer_n < k->xfer_max) {
-    fm_lock(&h->lock);
-    if (h->xfer_n < k->xfer_max) {
-      memcpy(xfer[c][sh][h->xfer_n], b, n * sizeof *b);
-      h->xfer_n++;
+  if (__atomic_load_n(&h->xfer_n, __ATOMIC_RELAXED) + n <= k->xfer_max) {
+    h = shard_lock(k, sh);
+    if (h->xfer_n + n <= k->xfer_max) {
+      memcpy(xfer_of(k, h) + h->xfer_n, b, n * sizeof *b);
+      xfer_set(h, h->xfer_n + n);
       fm_unlock(&h->lock);
       return;
     }
@@ -397,7 +418,7 @@ void class_give(unsigned c, unsigned sh, const struct fm_blk *b, uint32_t n) {
     if ((e & 0xff) != c + 1) fault_stop("a thread cache is damaged", b[i].p, (int)c);
     uint32_t head = span_head(e);
     struct fm_run *r = span_rec(head);
-    struct fm_shard *x = &k->sh[r->shard & (FM_SHARDS - 1)];
+    struct fm_shard *x = &k->sh[r->shard];
     if (x != h) {
       if (h) fm_unlock(&h->lock);
       fm_lock(&(h = x)->lock);
@@ -423,14 +444,14 @@ void class_note(unsigned c, unsigned sh, bool borrowed) {
  * spans (new epoch: blocks freed into them are left alone) and starts afresh. */
 void class_after_fork(void) {
   for (unsigned c = 0; c < fm_pool.nclass; c++)
-    for (unsigned s = 0; s < FM_SHARDS; s++) {
+    for (unsigned s = 0; s < fm_pool.nshards; s++) {
       struct fm_shard *h = &fm_pool.cls[c].sh[s];
       if (!fm_lock_held(&h->lock)) continue;
       pthread_mutex_init(&h->lock, NULL);
       h->epoch++;
       h->bucket_map = 0;
       h->spare = 0;
-      h->xfer_n = 0;   /* their blocks stay CACHED: the child leaves them */
+      xfer_set(h, 0);   /* their blocks stay CACHED: the child leaves them */
       memset(h->bucket, 0, sizeof h->bucket);
     }
 }
@@ -438,10 +459,10 @@ void class_after_fork(void) {
 void class_stats(unsigned c, struct class_stats *s) {
   struct fm_class *k = &fm_pool.cls[c];
   *s = (struct class_stats){.reserve = k->reserve};
-  for (unsigned i = 0; i < FM_SHARDS; i++) {
+  for (unsigned i = 0; i < fm_pool.nshards; i++) {
     struct fm_shard *h = &k->sh[i];
     fm_lock(&h->lock);
-    s->out += h->out - (uint64_t)h->xfer_n * k->batch;
+    s->out += h->out - h->xfer_n;
     s->peak += h->peak;
     s->spans += h->spans;
     s->spans_peak += h->spans_peak;
@@ -456,7 +477,7 @@ void class_stats(unsigned c, struct class_stats *s) {
 int class_check(unsigned c) {
   struct fm_class *k = &fm_pool.cls[c];
   int faults = 0;
-  for (unsigned i = 0; i < FM_SHARDS; i++) {
+  for (unsigned i = 0; i < fm_pool.nshards; i++) {
     struct fm_shard *h = &k->sh[i];
     fm_lock(&h->lock);
     for (uint32_t b = 0; b < FM_BUCKETS; b++) {

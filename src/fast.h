@@ -31,7 +31,8 @@ static always_inline void *fm_alloc(size_t size) {
 /* ptr must start a block of a span (one multiplication by its class's magic: the high half
  * is the block's number, the low half below the magic iff ptr is a block start; chunks of no
  * class have magic 0 and the bin of no room, index 0) and its state must be this thread's
- * LIVE. The freed block itself is never read or written. */
+ * own LIVE value (its tag's; a thread without a tag has none). The freed block itself is never
+ * read or written. */
 static always_inline void fm_free(void *ptr) {
   uintptr_t ch = ((uintptr_t)ptr - fm_pool.heap_base) >> fm_pool.chunk_shift;
   if (likely(ch < fm_pool.heap_chunks)) {
@@ -41,7 +42,7 @@ static always_inline void fm_free(void *ptr) {
     fm_st *st = (fm_st *)(fm_pool.line[ch].st + (uint64_t)(m >> 64));
     struct fm_tcache *tc = fm_tc;
     struct fm_blk *top = tc->top[c1];
-    if (likely((uint64_t)m < magic && *st == tc->tag && top < tc->lim[c1])) {   /* plain: its owner is the only writer */
+    if (likely((uint64_t)m < magic && *st == tc->own && top < tc->lim[c1])) {   /* plain: its owner is the only writer */
       st_store(st, ST_CACHED);
       top->p = ptr;
       top->st = st;

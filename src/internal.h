@@ -12,10 +12,33 @@ static inline bool pool_ready(void) { return atomic_load_explicit(&fm_pool.state
  * Valgrind's) and no program thread runs meanwhile: there the locks are skipped, after
  * check.c made sure that no program thread holds one or waits for one (lockers is 0; it is
  * counted before the lock is taken and after it is released, so it covers the whole hold). */
+/* The contention counters of an instrumented build (meson -Dcounters=true, bench/README.md):
+ * acquisitions of a lock shared by threads, the acquisitions that had to wait, and atomic
+ * read-modify-writes on a line other threads write. Nothing in a normal build. */
+enum { CNT_LOCK, CNT_WAIT, CNT_RMW, CNT_N };
+#ifdef FM_COUNTERS
+hidden extern _Atomic uint64_t fm_counters[CNT_N];
+#define fm_count(x) atomic_fetch_add_explicit(&fm_counters[x], 1, memory_order_relaxed)
+#else
+#define fm_count(x) ((void)0)
+#endif
+
 static inline void fm_lock(pthread_mutex_t *m) {
   if (fm_pool.native) return;
   if (fm_pool.count_lockers) atomic_fetch_add_explicit(&fm_pool.lockers, 1, memory_order_relaxed);
+  fm_count(CNT_LOCK);
   pthread_mutex_lock(m);
+}
+/* fm_lock if the lock is free now; false (nothing held) when another thread holds it. */
+static inline bool fm_trylock(pthread_mutex_t *m) {
+  if (fm_pool.native) return true;
+  if (fm_pool.count_lockers) atomic_fetch_add_explicit(&fm_pool.lockers, 1, memory_order_relaxed);
+  if (pthread_mutex_trylock(m) == 0) {
+    fm_count(CNT_LOCK);
+    return true;
+  }
+  if (fm_pool.count_lockers) atomic_fetch_sub_explicit(&fm_pool.lockers, 1, memory_order_relaxed);
+  return false;
 }
 static inline void fm_unlock(pthread_mutex_t *m) {
   if (fm_pool.native) return;
@@ -94,6 +117,10 @@ hidden uint64_t tcache_cached(unsigned c);
 hidden int tcache_check(void);
 hidden void tcache_after_fork(void);
 hidden void tcache_collect(void);
+/* caches: all of them (threads' and check.c's native one); threads: threads holding one;
+ * tagged: threads holding a tag; bytes: the heap runs the caches take */
+struct tcache_stats { uint64_t caches, threads, tagged, bytes; };
+hidden void tcache_stats(struct tcache_stats *s);
 
 /* block.c: a block of any size, and its release, for the API and checking mode */
 hidden void *block_alloc(size_t size);

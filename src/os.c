@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/auxv.h>
@@ -61,6 +62,18 @@ size_t os_resident(const void *p, size_t size) {
     a += n * page;
   }
   return total;
+}
+
+unsigned os_cpus(void) {
+  cpu_set_t set;
+  int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  return n > 0 ? (unsigned)n : 1;
+}
+
+unsigned os_cpu(void) {
+  int e = errno, c = sched_getcpu();
+  errno = e;
+  return c > 0 ? (unsigned)c : 0;
 }
 
 size_t os_page_size(void) {

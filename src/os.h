@@ -27,6 +27,11 @@ hidden bool os_release(void *p, size_t size);
 /* Bytes of [p, p+size) that are resident. */
 hidden size_t os_resident(const void *p, size_t size);
 hidden size_t os_page_size(void);
+/* CPUs the process may run on (sched_getaffinity at the first call), at least 1. */
+hidden unsigned os_cpus(void);
+/* The CPU the calling thread runs on now (glibc reads it from the rseq area where the kernel
+ * offers it, else through the vDSO), 0 when it cannot be told. Keeps errno. */
+hidden unsigned os_cpu(void);
 /* Milliseconds on a clock that never goes back (CLOCK_MONOTONIC_COARSE: a few milliseconds'
  * resolution, read in the vDSO without a system call where the kernel offers it). Allocates
  * nothing, keeps errno; 0 when the clock cannot be read. */

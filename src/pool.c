@@ -36,13 +36,13 @@ static cold __attribute__((noreturn)) void too_small(size_t size) {
                "pool too small (it needs room for its tables and one span of the largest class)");
 }
 
-/* [ state shadow | lines | run records | pages bitmap | size -> class | thread cache slots ] heap
+/* [ state shadow | lines | run records | pages bitmap | size -> class | tags | shards | transfer caches ] heap
  * The pool is the heap: its tables come on top, in the same reservation, so that a pool of N
  * bytes holds N bytes of blocks. The heap starts on a chunk boundary after them, so every span
  * is aligned to the chunk size. */
 struct layout {
   unsigned shift;
-  size_t nchunks, slots, shadow_off, line_off, rec_off, pages_off, tab_off, slot_off, meta;
+  size_t nchunks, nshards, shadow_off, line_off, rec_off, pages_off, tab_off, tag_off, shard_off, xfer_off, meta;
 };
 
 static void layout_of(size_t size, struct layout *L) {
@@ -55,24 +55,28 @@ static void layout_of(size_t size, struct layout *L) {
   while ((size >> shift) > FM_CHUNKS_MAX) shift++;
   L->shift = shift;
   L->nchunks = size >> shift;
-  L->slots = size / (4u << 20);
-  if (L->slots < 16) L->slots = 16;
-  if (L->slots > FM_SLOTS_MAX) L->slots = FM_SLOTS_MAX;
+  /* two shards a CPU, fewer where their transfer caches would take more than 1/16 of the pool */
+  size_t per_shard = sizeof(struct fm_shard) + FM_XFER * sizeof(struct fm_blk);
+  L->nshards = 2;
+  while (L->nshards < 2 * (size_t)os_cpus() && L->nshards < FM_SHARDS_MAX) L->nshards *= 2;
+  while (L->nshards > 1 && L->nshards * o->nclass * per_shard > size / 16) L->nshards /= 2;
   size_t ntab = o->class_size[o->nclass - 1] / FM_ALIGN + 1;
   L->shadow_off = 0;
   L->line_off = align_up(L->shadow_off + (L->nchunks << (shift - 4)), 64);
   L->rec_off = align_up(L->line_off + L->nchunks * sizeof(struct fm_line), 64);
   L->pages_off = align_up(L->rec_off + L->nchunks * sizeof(struct fm_run), 64);
   L->tab_off = align_up(L->pages_off + (L->nchunks + 63) / 64 * 8, 64);
-  L->slot_off = align_up(L->tab_off + ntab, 64);
-  L->meta = align_up(L->slot_off + L->slots * sizeof(struct fm_tcache), (size_t)1 << shift);
+  L->tag_off = align_up(L->tab_off + ntab, 64);
+  L->shard_off = align_up(L->tag_off + FM_TAGS * sizeof(struct fm_tag), 64);
+  L->xfer_off = align_up(L->shard_off + o->nclass * L->nshards * sizeof(struct fm_shard), 64);
+  L->meta = align_up(L->xfer_off + o->nclass * L->nshards * FM_XFER * sizeof(struct fm_blk), (size_t)1 << shift);
 }
 
 static void pool_layout(void *mem, size_t size, const struct layout *L) {
   struct fm_pool *P = &fm_pool;
   struct fm_options *o = &P->opt;
   unsigned shift = L->shift;
-  size_t meta = L->meta, slot_off = L->slot_off, tab_off = L->tab_off;
+  size_t meta = L->meta, tab_off = L->tab_off;
   uintptr_t base = (uintptr_t)mem;
   P->base = base;
   P->size = size;
@@ -80,10 +84,10 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
   P->heap_base = base + meta;
   uint32_t heap_chunks = (uint32_t)L->nchunks;
   P->heap_size = (size_t)heap_chunks << shift;
-  /* strict overcommit: the size -> class table now; the per-chunk tables as the heap grows
-   * (span.c), a thread's slot when the thread takes it (tcache.c) */
+  /* strict overcommit: the size -> class table, tags and shards now; the per-chunk tables as
+   * the heap grows (span.c) */
   size_t page = os_page_size(), tab_lo = tab_off & ~(page - 1);
-  if (P->lazy_commit && !os_commit((void *)(base + tab_lo), align_up(slot_off, page) - tab_lo))
+  if (P->lazy_commit && !os_commit((void *)(base + tab_lo), meta - tab_lo))
     options_fail("FLATMALLOC_POOL", o->pool_text ? o->pool_text : "(default)",
                  "the commit limit (vm.overcommit_memory=2) refused the pool's tables");
   P->line = (const struct fm_line *)(base + L->line_off);
@@ -95,11 +99,15 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
   if (!P->valgrind && !P->lazy_commit && shadow_end > 2 * (size_t)POOL_ALIGN)
     os_hugepages((void *)(base + POOL_ALIGN), shadow_end - POOL_ALIGN);
   P->st_bias = base + L->shadow_off - (P->heap_base >> 4);
-  P->slots = (struct fm_tcache *)(base + slot_off);
-  P->slots_max = (uint32_t)L->slots;
+  P->tags = (struct fm_tag *)(base + L->tag_off);
+  P->nshards = (unsigned)L->nshards;
+  P->cpus = os_cpus();
+  P->xfer = (struct fm_blk *)(base + L->xfer_off);
+  for (unsigned c = 0; c < o->nclass; c++) P->cls[c].sh = (struct fm_shard *)(base + L->shard_off) + (size_t)c * L->nshards;
   P->nclass = o->nclass;
   P->small_max = o->class_size[o->nclass - 1];
   P->key = os_random();
+  P->link_key = os_random() | 1;
   uint8_t *cls_of = (uint8_t *)(base + tab_off);
   class_setup(o, cls_of, heap_chunks);
   P->cls_of = cls_of;

@@ -78,8 +78,15 @@ void flatmalloc_stats_print(void) {
   }
   struct span_stats ss;
   span_stats(&ss);
+  struct tcache_stats ts;
+  tcache_stats(&ts);
   line_start(&f, pid);
-  field(&f, "large in_use=", ss.large_held);
+  field(&f, "large in_use=", ss.large_held - ts.bytes);
+  line_flush(&f);
+  line_start(&f, pid);
+  field(&f, "threads with_cache=", ts.threads);
+  field(&f, " with_tag=", ts.tagged);
+  field(&f, " caches_bytes=", ts.bytes);
   line_flush(&f);
   line_start(&f, pid);
   field(&f, "pool reserved=", fm_pool.size);
@@ -99,6 +106,8 @@ size_t flatmalloc_stats_json(char *buf, size_t size) {
   }
   struct span_stats ss;
   span_stats(&ss);
+  struct tcache_stats ts;
+  tcache_stats(&ts);
   size_t chunk = (size_t)1 << fm_pool.chunk_shift;
   field(&f, "{\"pid\":", (unsigned)os_getpid());
   field(&f, ",\"pool\":{\"reserved\":", fm_pool.size);
@@ -123,7 +132,10 @@ size_t flatmalloc_stats_json(char *buf, size_t size) {
     for (unsigned i = 0; i < sizeof vals / sizeof vals[0]; i++) field(&f, keys[i], vals[i]);
     fmt_str(&f, "}");
   }
-  field(&f, "],\"large\":{\"in_use\":", ss.large_held);
+  field(&f, "],\"large\":{\"in_use\":", ss.large_held - ts.bytes);
+  field(&f, "},\"threads\":{\"with_cache\":", ts.threads);
+  field(&f, ",\"with_tag\":", ts.tagged);
+  field(&f, ",\"caches_bytes\":", ts.bytes);
   fmt_str(&f, "}}");
   return fmt_end(&f);
 }
@@ -142,10 +154,13 @@ struct mallinfo2 flatmalloc_mallinfo2(void) {
   }
   struct span_stats ss;
   span_stats(&ss);
-  mi.arena = ss.used + ss.free;
-  mi.uordblks = used + ss.large_held - check_held_bytes();   /* memcheck's held-back blocks are free */
+  struct tcache_stats ts;
+  tcache_stats(&ts);
+  size_t large = ss.large_held - ts.bytes;   /* the thread caches' runs are the allocator's own */
+  mi.arena = ss.used - ts.bytes + ss.free;
+  mi.uordblks = used + large - check_held_bytes();   /* memcheck's held-back blocks are free */
   mi.fordblks = mi.arena - mi.uordblks;
-  mi.hblkhd = ss.large_held;
+  mi.hblkhd = large;
   mi.keepcost = ss.dirty;
   return mi;
 }

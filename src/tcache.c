@@ -1,6 +1,6 @@
-/* Thread caches: the slow paths behind fast.h (refill, flush, another thread's block), the
- * remote stacks that take blocks home, the budget on what caches hold, slot recycling and
- * thread exit. */
+/* Thread caches: the slow paths behind fast.h (refill, flush, another thread's block), owner
+ * tags and the remote stacks that take blocks home, the budget on what caches hold, caches in
+ * and out (thread start and exit). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -10,63 +10,95 @@
 #include "os.h"
 
 /* Every thread starts on this empty cache: its arrays are empty and their caps 0, so the first
- * malloc and the first free of a thread take the slow path, which gives it a slot. A thread
- * left without one hands out blocks LIVE for no slot (anyone's to free, atomically); the fast
- * path's test of its value never passes, as its bins have no room. */
-struct fm_tcache fm_tc_empty = {.tag = ST_LIVE};
+ * malloc and the first free of a thread take the slow path, which gives it a cache. A thread
+ * left without one (the pool full, or under a Valgrind tool) hands out blocks LIVE for no tag
+ * (anyone's to free, atomically); the fast path's test of its value never passes. */
+struct fm_tcache fm_tc_empty = {.tag = ST_LIVE, .own = ST_NONE};
 __thread struct fm_tcache *fm_tc __attribute__((tls_model("initial-exec"))) = &fm_tc_empty;
 
 static pthread_key_t tcache_key;
 
-/* ---- slots: a lock-free stack of unused ones, then a bump index -------------------------- */
-static struct fm_tcache *slot_pop(void) {
-  uint64_t h = atomic_load_explicit(&fm_pool.slots_free, memory_order_acquire);
+#ifdef FM_COUNTERS
+_Atomic uint64_t fm_counters[CNT_N];
+#endif
+
+/* ---- tags: a lock-free stack of unused ones, then a bump index --------------------------- */
+static struct fm_tag *tag_pop(void) {
+  uint64_t h = atomic_load_explicit(&fm_pool.tags_free, memory_order_acquire);
   while ((uint32_t)h) {
-    struct fm_tcache *s = &fm_pool.slots[(uint32_t)h - 1];
-    uint64_t next = __atomic_load_n(&s->next_free, __ATOMIC_RELAXED);
+    struct fm_tag *t = &fm_pool.tags[(uint32_t)h - 1];
+    uint64_t next = __atomic_load_n(&t->next_free, __ATOMIC_RELAXED);
     uint64_t nh = (uint32_t)next | ((h >> 32) + 1) << 32;
-    if (atomic_compare_exchange_weak_explicit(&fm_pool.slots_free, &h, nh, memory_order_acquire,
-                                              memory_order_acquire))
-      return s;
+    fm_count(CNT_RMW);
+    if (atomic_compare_exchange_weak_explicit(&fm_pool.tags_free, &h, nh, memory_order_acquire, memory_order_acquire))
+      return t;
   }
-  uint32_t i = atomic_load_explicit(&fm_pool.slots_used, memory_order_relaxed);
+  uint32_t i = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
   do {
-    if (i >= fm_pool.slots_max) return NULL;
-  } while (!atomic_compare_exchange_weak(&fm_pool.slots_used, &i, i + 1));
-  struct fm_tcache *s = &fm_pool.slots[i];
-  if (fm_pool.lazy_commit) {
-    uintptr_t page = os_page_size(), a = (uintptr_t)s & ~(page - 1);
-    if (!os_commit((void *)a, (((uintptr_t)(s + 1) + page - 1) & ~(page - 1)) - a)) return NULL;
-  }
-  s->index = i;
-  return s;
+    if (i >= FM_TAGS) return NULL;
+    fm_count(CNT_RMW);
+  } while (!atomic_compare_exchange_weak(&fm_pool.tags_used, &i, i + 1));
+  return &fm_pool.tags[i];
 }
 
-static void slot_push(struct fm_tcache *s) {
-  uint64_t h = atomic_load_explicit(&fm_pool.slots_free, memory_order_relaxed);
-  do __atomic_store_n(&s->next_free, (uint32_t)h, __ATOMIC_RELAXED);
-  while (!atomic_compare_exchange_weak_explicit(&fm_pool.slots_free, &h,
-                                                (uint64_t)(s->index + 1) | ((h >> 32) + 1) << 32,
-                                                memory_order_release, memory_order_relaxed));
+static void tag_push(struct fm_tag *t) {
+  uint64_t h = atomic_load_explicit(&fm_pool.tags_free, memory_order_relaxed);
+  do {
+    fm_count(CNT_RMW);
+    __atomic_store_n(&t->next_free, (uint32_t)h, __ATOMIC_RELAXED);
+  } while (!atomic_compare_exchange_weak_explicit(&fm_pool.tags_free, &h,
+                                                  (uint64_t)(t - fm_pool.tags + 1) | ((h >> 32) + 1) << 32,
+                                                  memory_order_release, memory_order_relaxed));
 }
+
+/* Whether tag_pop may find one: a relaxed look, for threads that run without one. */
+static bool tag_free(void) {
+  return (uint32_t)atomic_load_explicit(&fm_pool.tags_free, memory_order_relaxed) ||
+         atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed) < FM_TAGS;
+}
+
+static fm_st tag_value(const struct fm_tag *t) { return (fm_st)(ST_OWNED + (t - fm_pool.tags)); }
 
 static uint32_t cached(const struct fm_tcache *tc, unsigned c1) { return (uint32_t)(tc->top[c1] - tc->base[c1]); }
 static uint32_t room(const struct fm_tcache *tc, unsigned c1) { return (uint32_t)(tc->lim[c1] - tc->base[c1]); }
 
+/* The shard a refill or flush of tc uses now: one of the two of the CPU the thread runs on
+ * (check.c's native calls must not read the thread's storage, where glibc keeps the CPU). */
+static unsigned shard_now(const struct fm_tcache *tc) {
+  if (fm_pool.native) return 0;
+  return (os_cpu() * 2 + (tc->salt & 1)) & (fm_pool.nshards - 1);
+}
+
 /* ---- the budget -------------------------------------------------------------------------- */
-/* What this thread's bins may hold, in bytes: FM_TC_TOTAL shared by the threads holding a slot,
+/* What this thread's bins may hold, in bytes: tc_total shared by the threads holding a cache,
  * within [FM_TC_MIN, FM_TC_MAX]. Read on slow paths only. */
-static uint64_t budget(void) {
-  uint32_t live = atomic_load_explicit(&fm_pool.slots_live, memory_order_relaxed);
-  uint64_t b = FM_TC_TOTAL / (live ? live : 1);
-  return b < FM_TC_MIN ? FM_TC_MIN : b > FM_TC_MAX ? FM_TC_MAX : b;
+static uint64_t budget(struct fm_tcache *tc) {
+  uint32_t live = atomic_load_explicit(&fm_pool.caches_live, memory_order_relaxed);
+  if (live != tc->live_seen) {   /* (a division: only when threads came or went) */
+    uint64_t b = fm_pool.tc_total / (live ? live : 1);
+    tc->budget = b < FM_TC_MIN ? FM_TC_MIN : b > FM_TC_MAX ? FM_TC_MAX : b;
+    tc->live_seen = live;
+  }
+  return tc->budget < tc->earned ? tc->budget : tc->earned;
+}
+
+/* A thread starts with FM_TC_START of room and earns more, doubling, each FM_TC_EARN times its
+ * bins could not grow: one that allocates a few hundred blocks and then waits (a pool of idle
+ * threads) holds little, one that keeps allocating soon holds its full budget. */
+static bool budget_allows(struct fm_tcache *tc, uint64_t want) {
+  if (tc->cap_bytes + want <= budget(tc)) return true;
+  if (++tc->pressure >= FM_TC_EARN && tc->earned < FM_TC_MAX) {
+    tc->earned *= 2;
+    tc->pressure = 0;
+  }
+  return false;
 }
 
 /* Gives the oldest n cached blocks of class c back to the class. */
 static void bin_flush(struct fm_tcache *tc, unsigned c, uint32_t n) {
   unsigned c1 = c + 1;
   if (!n) return;
-  class_give(c, tc->shard, tc->b[c1], n);
+  class_give(c, shard_now(tc), tc->b[c1], n);
   uint32_t left = cached(tc, c1) - n;
   memmove(tc->b[c1], tc->b[c1] + n, left * sizeof tc->b[c1][0]);
   tc->top[c1] -= n;
@@ -81,59 +113,67 @@ static void bin_resize(struct fm_tcache *tc, unsigned c, uint32_t n) {
   tc->lim[c1] = tc->base[c1] + n;
 }
 
-/* Room for `more` blocks of class c in bin c, within the budget: bins of other classes shrink
- * to make it, one per call (round robin), so a thread whose size mix drifts keeps caching.
+/* Room for `more` blocks of class c in bin c, within the budget: a bin of another class
+ * halves to make it, one per call (round robin), so a thread whose size mix drifts keeps
+ * caching, and one whose classes all stay busy does not trade whole bins back and forth.
  * Returns whether the room grew. */
 static bool bin_grow(struct fm_tcache *tc, unsigned c, uint32_t more) {
-  uint64_t want = (uint64_t)more * fm_pool.cls[c].size, b = budget();
-  if (tc->cap_bytes + want > b) {
+  uint64_t want = (uint64_t)more * fm_pool.cls[c].size;
+  if (!budget_allows(tc, want)) {
     for (unsigned k = 0; k < fm_pool.nclass; k++) {
-      unsigned v = tc->victim++ % fm_pool.nclass;
+      unsigned v = tc->victim < fm_pool.nclass ? tc->victim : 0;
+      tc->victim = v + 1;
       if (v != c && room(tc, v + 1)) {
-        bin_resize(tc, v, 0);
+        bin_resize(tc, v, room(tc, v + 1) / 2);
         break;
       }
     }
-    if (tc->cap_bytes + want > b) return false;
+    if (!budget_allows(tc, want)) return false;
   }
   bin_resize(tc, c, room(tc, c + 1) + more);
   return true;
 }
 
 /* ---- remote stacks ----------------------------------------------------------------------- */
-/* A block another thread freed waits on its owner's remote stack, linked through its first
- * word, mangled with the process key and its own address; the owner checks every entry's
- * state before it trusts the link. */
-static uintptr_t mix(const void *p) { return fm_pool.key ^ (uintptr_t)p; }
+/* A block another thread freed waits on its owner tag's remote stack, linked through its first
+ * word. The link is mangled with a keyed mix of the block's own address: one read of a freed
+ * block (even the last of a stack, whose link is 0) gives neither key, and the owner checks
+ * every entry's state before it trusts the link. */
+static uintptr_t mix(const void *p) {
+  uint64_t x = ((uintptr_t)p ^ fm_pool.key) * 0x9e3779b97f4a7c15ull;
+  x = (x ^ x >> 29) * fm_pool.link_key;
+  return x ^ x >> 32;
+}
 
 static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st);
 
-/* Takes up to `most` blocks of tc's remote stack home: into to's caches, or with to NULL
- * straight to their classes. */
-static uintptr_t pending(const struct fm_tcache *tc) { return __atomic_load_n(&tc->pending, __ATOMIC_RELAXED); }
+static uintptr_t pending(const struct fm_tag *t) { return __atomic_load_n(&t->pending, __ATOMIC_RELAXED); }
 
-static void remote_collect(struct fm_tcache *tc, struct fm_tcache *to, uint32_t most) {
-  if (!pending(tc)) {
-    if (!atomic_load_explicit(&tc->remote, memory_order_relaxed)) return;
-    __atomic_store_n(&tc->pending, atomic_exchange_explicit(&tc->remote, 0, memory_order_acquire), __ATOMIC_RELAXED);
+/* Takes up to `most` blocks of tag t's remote stack home: into to's caches, or with to NULL
+ * straight to their classes. */
+static void remote_collect(struct fm_tag *t, struct fm_tcache *to, uint32_t most) {
+  if (!pending(t)) {
+    if (!atomic_load_explicit(&t->remote, memory_order_relaxed)) return;
+    fm_count(CNT_RMW);
+    __atomic_store_n(&t->pending, atomic_exchange_explicit(&t->remote, 0, memory_order_acquire), __ATOMIC_RELAXED);
   }
-  while (pending(tc) && most--) {
-    void *p = (void *)pending(tc);
+  while (pending(t) && most--) {
+    void *p = (void *)pending(t);
     fm_st *st;
     int c = class_find(p, &st);
-    if (c < 0) fault_stop("a block freed by another thread was damaged", p, class_at(p));
+    if (c < 0) fault_stop("a block freed by another thread was damaged (written after free)", p, class_at(p));
     if (st_load(st) != ST_REMOTE) fault_stop("double free (by two threads at once)", p, c);
-    __atomic_store_n(&tc->pending, *(uintptr_t *)p ^ mix(p), __ATOMIC_RELAXED);
+    __atomic_store_n(&t->pending, *(uintptr_t *)p ^ mix(p), __ATOMIC_RELAXED);
     st_store(st, ST_CACHED);
     if (to) put(to, p, (unsigned)c, st);
-    else class_give((unsigned)c, tc->shard, &(struct fm_blk){p, st}, 1);
+    else class_give((unsigned)c, 0, &(struct fm_blk){p, st}, 1);
   }
 }
 
-/* A slot no thread holds has no owner to take its stack home: whoever finds blocks there drains
- * it, one thread at a time, and the next thread to hold the slot waits for that to end. (Each
+/* A tag no thread holds has no owner to take its stack home: whoever finds blocks there drains
+ * it, one thread at a time, and the next thread to hold the tag waits for that to end. (Each
  * side writes, then reads what the other writes: sequentially consistent.) */
-static void remote_orphans(struct fm_tcache *o) {
+static void remote_orphans(struct fm_tag *o) {
   while (!atomic_load(&o->live) && (pending(o) || atomic_load(&o->remote))) {
     if (atomic_exchange(&o->draining, 1)) return;   /* the drainer looks again when it is done */
     if (!atomic_load(&o->live))
@@ -143,10 +183,12 @@ static void remote_orphans(struct fm_tcache *o) {
 }
 
 /* Pushes the chain first..last (linked but for last) on owner's remote stack in one step. */
-static void remote_push(struct fm_tcache *owner, void *first, void *last) {
+static void remote_push(struct fm_tag *owner, void *first, void *last) {
   uintptr_t h = atomic_load_explicit(&owner->remote, memory_order_relaxed);
-  do *(uintptr_t *)last = h ^ mix(last);
-  while (!atomic_compare_exchange_weak(&owner->remote, &h, (uintptr_t)first));
+  do {
+    fm_count(CNT_RMW);
+    *(uintptr_t *)last = h ^ mix(last);
+  } while (!atomic_compare_exchange_weak(&owner->remote, &h, (uintptr_t)first));
   if (!atomic_load(&owner->live)) remote_orphans(owner);
 }
 
@@ -159,7 +201,7 @@ static void outbox_flush(struct fm_tcache *tc) {
 /* REMOTE block p of owner's goes home: chained in tc's outbox, which goes out in one push when
  * it is full, holds another owner's blocks, or tc refills, flushes statistics or exits (so a
  * thread holds at most FM_OUTBOX blocks of others). */
-static void remote_free(struct fm_tcache *tc, struct fm_tcache *owner, void *p) {
+static void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p) {
   if (tc == &fm_tc_empty) {
     remote_push(owner, p, p);
     return;
@@ -171,44 +213,109 @@ static void remote_free(struct fm_tcache *tc, struct fm_tcache *owner, void *p) 
   if (++tc->out_n == FM_OUTBOX) outbox_flush(tc);
 }
 
-/* ---- slots in and out -------------------------------------------------------------------- */
+/* ---- caches in and out ------------------------------------------------------------------- */
+/* Every cache, for the statistics and the validator; changed at thread start and exit only. */
+static pthread_mutex_t caches_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fm_tcache *caches;
+static uint32_t caches_n, runs_n, tags_held;   /* under caches_lock (runs_n: caches in heap runs) */
+
+/* Gives tc a tag: its blocks from now on carry the tag's LIVE value and it frees them with
+ * plain stores. The blocks it handed out before stay LIVE for anyone. */
+static void tag_take(struct fm_tcache *tc) {
+  struct fm_tag *t = tag_pop();
+  if (!t) return;
+  while (atomic_exchange(&t->draining, 1)) sched_yield();   /* a thread drains its stack: wait */
+  atomic_store(&t->live, 1);
+  atomic_store(&t->draining, 0);
+  tc->t = t;
+  tc->tag = tc->own = tag_value(t);
+  __atomic_fetch_add(&tags_held, 1, __ATOMIC_RELAXED);
+}
+
+static void tag_drop(struct fm_tcache *tc) {
+  struct fm_tag *t = tc->t;
+  if (!t) return;
+  tc->t = NULL;
+  tc->tag = ST_LIVE;
+  tc->own = ST_NONE;
+  atomic_store(&t->live, 0);
+  remote_orphans(t);   /* what other threads freed for it, now and after */
+  tag_push(t);
+  __atomic_fetch_sub(&tags_held, 1, __ATOMIC_RELAXED);
+}
+
+/* Chunks of a cache's run. */
+static uint32_t cache_chunks(void) {
+  size_t bytes = offsetof(struct fm_tcache, b) + (size_t)(fm_pool.nclass + 1) * sizeof fm_tc_empty.b[0];
+  return (uint32_t)((bytes + ((size_t)1 << fm_pool.chunk_shift) - 1) >> fm_pool.chunk_shift);
+}
+
+static void cache_init(struct fm_tcache *tc);
+
+/* A new cache in a run of the heap (the large area's), with empty bins and no room: it grows
+ * by demand. The run is not a large block: free() of any address in it stops the program. */
+static struct fm_tcache *cache_new(void) {
+  int64_t i = span_alloc(cache_chunks(), FM_CLASS_MAX, true);
+  if (i < 0) return NULL;
+  struct fm_tcache *tc = (struct fm_tcache *)(fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift));
+  cache_init(tc);
+  tc->run = (uint32_t)i + 1;
+  __atomic_fetch_add(&runs_n, 1, __ATOMIC_RELAXED);
+  return tc;
+}
+
+/* Sets cache tc up, empty, without a tag, and links it in the list of caches. */
+static void cache_init(struct fm_tcache *tc) {
+  memset(tc, 0, offsetof(struct fm_tcache, b));
+  tc->earned = FM_TC_START;
+  tc->tag = ST_LIVE;
+  tc->own = ST_NONE;
+  for (unsigned c1 = 1; c1 <= fm_pool.nclass; c1++) tc->base[c1] = tc->top[c1] = tc->lim[c1] = tc->b[c1];
+  static _Atomic uint16_t salt;
+  tc->salt = atomic_fetch_add_explicit(&salt, 1, memory_order_relaxed);
+  fm_lock(&caches_lock);
+  tc->next = caches;
+  if (caches) caches->prev = tc;
+  caches = tc;
+  caches_n++;
+  fm_unlock(&caches_lock);
+}
+
+static void cache_free(struct fm_tcache *tc) {
+  fm_lock(&caches_lock);
+  if (tc->prev) tc->prev->next = tc->next;
+  else caches = tc->next;
+  if (tc->next) tc->next->prev = tc->prev;
+  caches_n--;
+  runs_n--;
+  fm_unlock(&caches_lock);
+  span_free(tc->run - 1);
+}
+
 static void tcache_exit(void *v) {
   struct fm_tcache *tc = v;
   fm_tc = &fm_tc_empty;
   outbox_flush(tc);
-  for (unsigned c = 0; c < fm_pool.nclass; c++)
-    if (tc->base[c + 1]) bin_resize(tc, c, 0);
-  atomic_fetch_sub_explicit(&fm_pool.slots_live, 1, memory_order_relaxed);
-  atomic_store(&tc->live, 0);
-  remote_orphans(tc);   /* what other threads freed for it, now and after */
-  slot_push(tc);
+  for (unsigned c = 0; c < fm_pool.nclass; c++) bin_resize(tc, c, 0);
+  atomic_fetch_sub_explicit(&fm_pool.caches_live, 1, memory_order_relaxed);
+  tag_drop(tc);
+  cache_free(tc);
 }
 
-void tcache_setup(void) { pthread_key_create(&tcache_key, tcache_exit); }
-
-/* Sets slot tc's bins up: empty and without room (it grows by demand), or none when not
- * caching; its blocks are LIVE with its own value only when it caches (a thread without a
- * cache cannot take remote blocks home: its blocks are anyone's to free atomically). */
-static void slot_open(struct fm_tcache *tc, bool caching) {
-  for (unsigned c = 0; c < fm_pool.nclass; c++) {
-    unsigned c1 = c + 1;
-    tc->base[c1] = tc->top[c1] = tc->lim[c1] = caching ? tc->b[c1] : NULL;
-  }
-  tc->cap_bytes = 0;
-  while (atomic_exchange(&tc->draining, 1)) sched_yield();   /* a thread drains its stack: wait */
-  atomic_store(&tc->live, 1);
-  atomic_store(&tc->draining, 0);
-  tc->tag = caching ? (fm_st)(ST_OWNED + tc->index) : ST_LIVE;
-  tc->shard = (uint16_t)(tc->index & (FM_SHARDS - 1));
+void tcache_setup(void) {
+  pthread_key_create(&tcache_key, tcache_exit);
+  fm_pool.tc_total = (uint64_t)FM_TC_PER_CPU * fm_pool.cpus;
 }
 
-/* Gives the calling thread a slot. NULL when every slot is taken: the thread then works
- * directly on the classes, one block at a time. */
+/* Gives the calling thread a cache and, while one is free, a tag. NULL when the pool has no
+ * room for a cache, or under a Valgrind tool (which sees blocks leave and come back): the
+ * thread then works directly on the classes, one block at a time. */
 static struct fm_tcache *tcache_attach(void) {
-  struct fm_tcache *tc = slot_pop();
+  if (fm_pool.valgrind) return NULL;
+  struct fm_tcache *tc = cache_new();
   if (!tc) return NULL;
-  slot_open(tc, !fm_pool.valgrind);   /* not under a Valgrind tool: it sees blocks leave and come back */
-  atomic_fetch_add_explicit(&fm_pool.slots_live, 1, memory_order_relaxed);
+  tag_take(tc);
+  atomic_fetch_add_explicit(&fm_pool.caches_live, 1, memory_order_relaxed);
   fm_tc = tc;
   pthread_setspecific(tcache_key, tc);
   return tc;
@@ -220,6 +327,15 @@ static struct fm_tcache *tcache_mine(void) {
   return tc;
 }
 
+void tcache_stats(struct tcache_stats *s) {
+  fm_lock(&caches_lock);
+  s->caches = caches_n;
+  s->threads = atomic_load_explicit(&fm_pool.caches_live, memory_order_relaxed);
+  s->tagged = __atomic_load_n(&tags_held, __ATOMIC_RELAXED);
+  s->bytes = (uint64_t)runs_n * cache_chunks() << fm_pool.chunk_shift;
+  fm_unlock(&caches_lock);
+}
+
 /* ---- refill ------------------------------------------------------------------------------ */
 /* One block of class c, LIVE for tc; with borrow, a class that cannot grow takes a free block of
  * one of the next FM_BORROW_STEPS larger classes. NULL when none has one. *zero (when asked)
@@ -228,7 +344,9 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
   unsigned last = c + (borrow ? FM_BORROW_STEPS : 0);
   if (last >= fm_pool.nclass) last = fm_pool.nclass - 1;
   outbox_flush(tc);
-  if (tc->base[1]) remote_collect(tc, tc, FM_COLLECT);
+  if (tc->t) remote_collect(tc->t, tc, FM_COLLECT);
+  else if (tc->base[1] && tag_free()) tag_take(tc);
+  unsigned sh = shard_now(tc);
   for (unsigned k = c; k <= last; k++) {
     unsigned k1 = k + 1;
     struct fm_blk got;
@@ -237,22 +355,22 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
       if (tc->top[k1] == tc->base[k1]) {
         if (room(tc, k1) < batch) bin_grow(tc, k, batch - room(tc, k1));
         uint32_t want = room(tc, k1) < batch ? room(tc, k1) : batch;
-        if (want) tc->top[k1] = tc->base[k1] + class_take(k, tc->shard, tc->b[k1], want, k == c);
+        if (want) tc->top[k1] = tc->base[k1] + class_take(k, sh, tc->b[k1], want, k == c);
       }
       if (tc->top[k1] != tc->base[k1]) {
         got = *--tc->top[k1];
-      } else if (room(tc, k1) || !class_take(k, tc->shard, &got, 1, k == c)) {
+      } else if (room(tc, k1) || !class_take(k, sh, &got, 1, k == c)) {
         goto next;
       }
-    } else if (!class_take(k, tc->shard, &got, 1, k == c)) {
+    } else if (!class_take(k, sh, &got, 1, k == c)) {
       goto next;
     }
     if (zero) *zero = st_load(got.st) == ST_ZERO;
     st_store(got.st, tc->tag);
-    if (k != c) class_note(k, tc->shard, true);
+    if (k != c) class_note(k, sh, true);
     return got.p;
   next:
-    if (k == c) class_note(c, tc->shard, false);
+    if (k == c) class_note(c, sh, false);
   }
   return NULL;
 }
@@ -265,16 +383,21 @@ void *tcache_alloc(unsigned c, bool borrow, bool *zero) {
 }
 
 /* check.c's native calls under memcheck run one at a time and must not touch thread-local
- * storage (the cache pointer, errno): they share one cache of their own, a slot as a thread's
- * (the statistics count its blocks, the validator checks them) that no thread owns. Without a
- * slot they work one block at a time, straight on the classes. */
+ * storage (the cache pointer, errno): they share one cache of their own (the statistics count
+ * its blocks, the validator checks them) that no thread owns, without a tag: program threads
+ * free these blocks too. Without one they work one block at a time, straight on the classes. */
 static struct fm_tcache *tc_native = &fm_tc_empty;
 
+/* Its memory is static (defined memory for memcheck, which would see a write into the pool
+ * that no block covers), its rows for every possible class. */
+static union {
+  struct fm_tcache tc;
+  char bytes[offsetof(struct fm_tcache, b) + FM_BINS * sizeof fm_tc_empty.b[0]];
+} native_cache;
+
 void tcache_native_setup(void) {
-  struct fm_tcache *tc = slot_pop();
-  if (!tc) return;
-  slot_open(tc, true);
-  tc->tag = ST_LIVE;   /* program threads free these blocks too */
+  struct fm_tcache *tc = &native_cache.tc;
+  cache_init(tc);
   tc_native = tc;
 }
 
@@ -285,16 +408,16 @@ void *tcache_alloc_direct(unsigned c, bool borrow) { return take(tc_native, c, b
  * has no bin for it or no room within its budget. */
 static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
   unsigned c1 = c + 1;
-  if (!tc->base[c1]) {   /* no slot, or under Valgrind: no caching */
-    class_give(c, tc->shard, &(struct fm_blk){p, st}, 1);
+  if (!tc->base[c1]) {   /* no cache: no caching */
+    class_give(c, shard_now(tc), &(struct fm_blk){p, st}, 1);
     return;
   }
   if (tc->top[c1] >= tc->lim[c1]) {
     uint32_t r = room(tc, c1), batch = fm_pool.cls[c].batch;
-    if (tc->cap_bytes > budget()) bin_resize(tc, c, r / 2);
+    if (tc->cap_bytes > budget(tc)) bin_resize(tc, c, r / 2);
     else if (r >= 2 * batch || !bin_grow(tc, c, r < batch ? batch - r : batch)) bin_flush(tc, c, (r + 1) / 2);
     if (tc->top[c1] >= tc->lim[c1]) {
-      class_give(c, tc->shard, &(struct fm_blk){p, st}, 1);
+      class_give(c, shard_now(tc), &(struct fm_blk){p, st}, 1);
       return;
     }
   }
@@ -302,20 +425,21 @@ static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
 }
 
 /* free() of LIVE block p of class c (st its state) when the fast path could not take it: the
- * thread's own block to its cache; another cached thread's block to that thread's remote stack;
- * a block no slot owns to this thread's cache, taken with one atomic step. */
+ * thread's own block to its cache; a block of another tag to that tag's remote stack; a block
+ * no tag owns to this thread's cache, taken with one atomic step. */
 void tcache_free(void *p, unsigned c, fm_st *st) {
   struct fm_tcache *tc = tcache_mine();
   fm_st s = st_load(st);
-  if (s == tc->tag && s != ST_LIVE) {
+  if (s == tc->own) {
     st_store(st, ST_CACHED);
   } else {
     /* the state was LIVE when free() checked it: anything else now is another free's doing */
+    fm_count(CNT_RMW);
     if (!st_live(s) || !__atomic_compare_exchange_n(st, &s, s == ST_LIVE ? ST_CACHED : ST_REMOTE, false,
                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
       fault_stop("double free (by two threads at once)", p, (int)c);
     if (s != ST_LIVE) {
-      remote_free(tc, &fm_pool.slots[s - ST_OWNED], p);
+      remote_free(tc, &fm_pool.tags[s - ST_OWNED], p);
       return;
     }
   }
@@ -333,45 +457,45 @@ void tcache_collect(void) {
   struct fm_tcache *tc = fm_tc;
   if (tc == &fm_tc_empty) return;
   outbox_flush(tc);
-  if (!tc->base[1]) return;
-  while (pending(tc) || atomic_load_explicit(&tc->remote, memory_order_relaxed)) remote_collect(tc, tc, UINT32_MAX);
+  if (!tc->t) return;
+  while (pending(tc->t) || atomic_load_explicit(&tc->t->remote, memory_order_relaxed)) remote_collect(tc->t, tc, UINT32_MAX);
 }
 
-/* Fork child: only this thread goes on. The other threads' slots are never held again (their
- * blocks stay where they are, a copy-on-write loss only); what the child frees of their blocks
- * goes to their classes through their remote stacks, drained as orphans. A drain a parent's
- * thread was in the middle of stays unfinished: those blocks are lost, nothing else. */
+/* Fork child: only this thread goes on. The other threads' caches are never used again (their
+ * blocks stay where they are, a copy-on-write loss only); their tags are no one's, so what the
+ * child frees of their blocks goes to their classes through their remote stacks, drained as
+ * orphans. A drain a parent's thread was in the middle of stays unfinished: those blocks are
+ * lost, nothing else. */
 void tcache_after_fork(void) {
-  uint32_t used = atomic_load_explicit(&fm_pool.slots_used, memory_order_relaxed), live = 0;
+  if (fm_lock_held(&caches_lock)) pthread_mutex_init(&caches_lock, NULL);
+  uint32_t used = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
   for (uint32_t i = 0; i < used; i++) {
-    struct fm_tcache *tc = &fm_pool.slots[i];
-    if (tc != fm_tc && atomic_load_explicit(&tc->live, memory_order_relaxed))   /* (a slot's page is written only if need be) */
-      atomic_store_explicit(&tc->live, 0, memory_order_relaxed);
-    live += atomic_load_explicit(&tc->live, memory_order_relaxed);
+    struct fm_tag *t = &fm_pool.tags[i];
+    if (t != fm_tc->t && atomic_load_explicit(&t->live, memory_order_relaxed))   /* (a tag's line is written only if need be) */
+      atomic_store_explicit(&t->live, 0, memory_order_relaxed);
   }
-  atomic_store_explicit(&fm_pool.slots_live, live, memory_order_relaxed);
+  atomic_store_explicit(&fm_pool.caches_live, fm_tc != &fm_tc_empty, memory_order_relaxed);
 }
 
 /* Blocks of class c sitting in thread caches (read without the threads' help: approximate
  * while they run, exact when they are quiet). */
 uint64_t tcache_cached(unsigned c) {
   uint64_t n = 0;
-  uint32_t used = atomic_load_explicit(&fm_pool.slots_used, memory_order_relaxed);
-  for (uint32_t i = 0; i < used; i++) {
-    struct fm_tcache *tc = &fm_pool.slots[i];
+  fm_lock(&caches_lock);
+  for (struct fm_tcache *tc = caches; tc; tc = tc->next) {
     struct fm_blk *top = __atomic_load_n(&tc->top[c + 1], __ATOMIC_RELAXED), *base = tc->base[c + 1];
     n += top > base ? (uint64_t)(top - base) : 0;
   }
+  fm_unlock(&caches_lock);
   return n;
 }
 
-/* Every live slot's entries are blocks of the bin's class in state CACHED, each once, and its
+/* Every cache's entries are blocks of the bin's class in state CACHED, each once, and its
  * room adds up to what it counts. */
 int tcache_check(void) {
   int faults = 0;
-  uint32_t used = atomic_load_explicit(&fm_pool.slots_used, memory_order_relaxed);
-  for (uint32_t i = 0; i < used; i++) {
-    struct fm_tcache *tc = &fm_pool.slots[i];
+  fm_lock(&caches_lock);
+  for (struct fm_tcache *tc = caches; tc; tc = tc->next) {
     uint64_t bytes = 0;
     for (unsigned c = 0; c < fm_pool.nclass; c++) {
       unsigned c1 = c + 1;
@@ -384,5 +508,6 @@ int tcache_check(void) {
     }
     if (bytes != tc->cap_bytes) faults++;
   }
+  fm_unlock(&caches_lock);
   return faults;
 }

@@ -99,10 +99,12 @@
 #define FM_BORROW_STEPS 8u           /* a class that cannot grow takes blocks of the next ones */
 #define FM_BOOT_BYTES (256u << 10)   /* bootstrap buffer for calls made before the pool exists */
 #define FM_RETAIN_DEFAULT (64ull << 20)
-#define FM_SLOTS_MAX 250u            /* threads with a cache at once (each owns a LIVE value); others work uncached */
-#define FM_SHARDS 4u                 /* shards per class; threads spread over them by slot */
-#define FM_TC_TOTAL (16u << 20)      /* bytes all thread caches may hold, shared by live threads, */
-#define FM_TC_MIN (64u << 10)        /* ... but a thread may always hold this much */
+#define FM_TAGS 250u                 /* threads whose blocks carry their own LIVE value at once */
+#define FM_SHARDS_MAX 64u            /* shards per class: two per CPU the process may use, up to this */
+#define FM_TC_PER_CPU (8u << 20)     /* bytes all thread caches may hold, per CPU, shared by threads, */
+#define FM_TC_MIN (256u << 10)       /* ... but a thread may always hold this much */
+#define FM_TC_START (32u << 10)      /* a new thread's budget, which doubles by demand up to its share: */
+#define FM_TC_EARN 256u              /* ... each time its bins could not grow this many times */
 #define FM_TC_MAX (2u << 20)         /* ... and never more than this */
 #define FM_COLLECT 64u               /* remotely freed blocks one refill takes home at most */
 #define FM_OUTBOX 32u                /* another thread's blocks a thread gathers before one push */
@@ -117,7 +119,7 @@
 #define FM_POOL_MAX (1ull << 44)
 #define FM_NO_CLASS 0u               /* page map: the chunk is not in a span (fresh meta reads 0) */
 #define FM_CACHE_MAX (2 * FM_BATCH_MAX)
-#define FM_XFER 16u                  /* whole batches a shard keeps as they came (transfer cache), */
+#define FM_XFER (16u * FM_BATCH_MAX) /* blocks a shard keeps as they came (transfer cache), */
 #define FM_XFER_BYTES (128u << 10)   /* ... at most this many bytes of them, but at least one batch */
 
 /* A block's state byte (BLOCK STATE above). ZERO is CACHED for a block never handed out whose
@@ -136,8 +138,8 @@ enum { RUN_DIRTY = 1 };                                 /* struct fm_run's flags
 
 _Static_assert(FM_CLASS_MAX < 255, "class ids + 1 fit in the page map's byte");
 _Static_assert(FM_SPAN_BLOCKS / 64 / 8 <= 8, "the free-group summary fits in 64 bytes");
-_Static_assert(ST_OWNED + FM_SLOTS_MAX <= ST_NONE, "every slot has a LIVE value of its own");
-_Static_assert((FM_SHARDS & (FM_SHARDS - 1)) == 0, "shards are a power of two");
+_Static_assert(ST_OWNED + FM_TAGS <= ST_NONE, "every tag has a LIVE value of its own");
+_Static_assert((FM_SHARDS_MAX & (FM_SHARDS_MAX - 1)) == 0, "shards are a power of two");
 _Static_assert((FM_ALIGN & (FM_ALIGN - 1)) == 0, "alignment is a power of two");
 
 /* What the fast paths need of a class, indexed by the page map's byte (class + 1);
@@ -165,35 +167,50 @@ struct fm_blk {
   fm_st *st;
 };
 
-/* A thread cache slot: per class (indexed by class + 1, as the page map and the size table
- * name classes), its free blocks b[c1][base..top), newest last, each beside its state byte.
- * free() pushes while top < lim; an empty cache (NULL, NULL, NULL) sends every call to the slow path. Slots live in the
- * pool's meta area and are recycled through a lock-free stack, so statistics can read every
- * slot without the threads' help. The remote stack is written by other threads: its own line. */
+/* An owner tag (ONE WRITER PER STATE): a LIVE value a thread holds while it runs, and the
+ * stack on which other threads free the blocks handed out with it. In the meta area, FM_TAGS
+ * of them, recycled through a lock-free stack; its own cache line, which other threads write. */
+struct fm_tag {
+  _Atomic uintptr_t remote;   /* blocks other threads freed (mangled links) */
+  _Atomic uint32_t live;      /* a thread holds the tag; 0: its stack is anyone's to drain */
+  _Atomic uint32_t draining;  /* a thread drains the stack of a tag no thread holds */
+  uintptr_t pending;          /* blocks taken off the stack, not yet home (mangled links) */
+  uint64_t next_free;         /* link on the stack of unused tags */
+} cacheline_aligned;
+
+/* A thread cache: per class (indexed by class + 1, as the page map and the size table name
+ * classes), its free blocks b[c1][base..top), newest last, each beside its state byte.
+ * free() pushes while top < lim; an empty cache (NULL, NULL, NULL) sends every call to the
+ * slow path. Every thread gets one, in a run of the heap taken when the thread first calls
+ * (only the rows of the classes it uses are ever touched); the caches are linked in a list that
+ * the statistics read without the threads' help. */
 #define FM_BINS (FM_CLASS_MAX + 1)
 struct fm_tcache {
-  fm_st tag;             /* LIVE value of the blocks this slot hands out */
-  uint16_t shard;
-  uint32_t index;
-  _Atomic uint32_t live;  /* a thread holds the slot; 0: its remote stack is anyone's to drain */
+  fm_st tag;             /* the LIVE value malloc writes: its tag's, or ST_LIVE without a tag */
+  fm_st own;             /* the LIVE value free() may change with a plain store: tag, or ST_NONE */
+  uint16_t salt;         /* which of its CPU's two shards the thread uses */
   uint32_t victim;       /* next bin a budget shortfall shrinks */
-  uint64_t next_free;    /* link on the stack of unused slots */
+  struct fm_tag *t;      /* its tag, or NULL */
+  uint32_t run;          /* the heap run holding this cache (first chunk + 1; 0: static) */
   uint64_t cap_bytes;    /* room of all bins, in bytes */
-  uintptr_t pending;     /* remote blocks taken, not yet home (mangled links) */
-  struct fm_tcache *out_to;   /* outbox: blocks of another thread freed here, chained (mangled */
+  uint64_t budget;       /* what they may hold (tcache.c's budget) while live_seen threads hold a cache */
+  uint32_t live_seen;
+  uint32_t pressure;     /* times the bins could not grow since the budget last doubled */
+  uint64_t earned;       /* the budget it earned by demand */
+  struct fm_tcache *next, *prev;   /* the list of caches */
+  struct fm_tag *out_to;      /* outbox: blocks of another tag freed here, chained (mangled */
   void *out_first, *out_last; /* links), pushed on out_to's remote stack in one step */
   uint32_t out_n;
   struct fm_blk *top[FM_BINS];
   struct fm_blk *lim[FM_BINS];
   struct fm_blk *base[FM_BINS];
-  cacheline_aligned _Atomic uintptr_t remote;   /* blocks other threads freed (mangled links) */
-  _Atomic uint32_t draining;  /* a thread drains the stack of a slot no thread holds */
-  cacheline_aligned struct fm_blk b[FM_BINS][FM_CACHE_MAX];
+  cacheline_aligned struct fm_blk b[][FM_CACHE_MAX];   /* rows 1..nclass */
 };
 
 /* A shard of a class: its spans with free blocks (by occupancy), its transfer cache's count
- * (the batches themselves are apart, in class.c, so that set-up and a small program touch a few
- * pages of shards, not a page per shard), counters. */
+ * (the blocks themselves are apart, in the meta area, so that set-up and a small program touch
+ * a few pages of shards, not a page per shard), counters. In the meta area: the classes'
+ * shards side by side, fm_pool.nshards a class. */
 #define FM_BUCKETS 8u
 struct fm_shard {
   pthread_mutex_t lock;
@@ -201,7 +218,7 @@ struct fm_shard {
   uint32_t bucket_map;                /* bit b: bucket b has a span */
   uint32_t bucket[FM_BUCKETS];        /* first span (chunk index + 1) of each bucket, 0: none */
   uint32_t spare;                     /* one span with every block free, kept back (chunk + 1) */
-  uint32_t xfer_n;                    /* batches in the transfer cache */
+  uint32_t xfer_n;                    /* blocks in the transfer cache */
   uint64_t out;                       /* blocks taken from this shard's spans, not given back */
   uint64_t peak, spans, spans_peak, borrows, exhausted;
 } cacheline_aligned;   /* zero is its start (an unlocked mutex, epoch 0): set-up writes none of it */
@@ -209,12 +226,12 @@ struct fm_shard {
 /* One size class: geometry and its shards. */
 struct fm_class {
   uint32_t size, batch, nblocks, span_chunks;
-  uint32_t xfer_max;                  /* batches a shard's transfer cache holds */
+  uint32_t xfer_max;                  /* blocks a shard's transfer cache holds */
   uint32_t states;                    /* state bytes of a span: one per multiple of size below its end */
   bool line_states;                   /* the states sit in the chunks' lines (16 or fewer blocks a chunk) */
   uint64_t bucket_mul;                /* 2^32 * FM_BUCKETS / nblocks, rounded up (bucket_of) */
   uint64_t reserve;                   /* chunks held for this class (FLATMALLOC_CLASSES percent) */
-  struct fm_shard sh[FM_SHARDS];
+  struct fm_shard *sh;                /* fm_pool.nshards of them */
 };
 
 /* Run record, one per chunk (span.c). Meaningful in the first chunk of a run, and 'head' in
@@ -268,6 +285,7 @@ struct fm_pool {
   unsigned chunk_shift;
   uint64_t key;              /* random, per process */
 
+  uint64_t link_key;         /* random, odd: mangles remote stacks' links (tcache.c) */
   uintptr_t base;
   size_t size;
   size_t heap_size;
@@ -281,11 +299,14 @@ struct fm_pool {
   _Atomic uint32_t lockers;  /* program threads holding or waiting for a class's or the heap's lock */
   _Atomic int state;         /* pool.c: none, starting, ready */
   struct fm_run *rec;        /* run records, one per chunk (span.c) */
-  struct fm_tcache *slots;
-  uint32_t slots_max;
-  _Atomic uint32_t slots_used;
-  _Atomic uint32_t slots_live;    /* threads holding a slot: they share FM_TC_TOTAL */
-  _Atomic uint64_t slots_free;    /* tagged stack of unused slots */
+  unsigned nshards;          /* shards per class: a power of two */
+  unsigned cpus;             /* CPUs the process may run on (sched_getaffinity) */
+  struct fm_blk *xfer;       /* the shards' transfer caches, FM_XFER blocks each (class.c) */
+  struct fm_tag *tags;       /* FM_TAGS of them */
+  _Atomic uint32_t tags_used;
+  _Atomic uint64_t tags_free;     /* counted stack of unused tags */
+  _Atomic uint32_t caches_live;   /* threads holding a cache: they share tc_total */
+  uint64_t tc_total;              /* what all caches may hold: FM_TC_PER_CPU a CPU */
   struct fm_options opt;
   struct fm_class cls[FM_CLASS_MAX];
 };

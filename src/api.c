@@ -10,26 +10,6 @@
 #include "os.h"
 #include "vg.h"
 
-/* ---- slow paths -------------------------------------------------------------------------- */
-static cold noinline void *malloc_start(size_t size) {
-  if (!pool_init()) return boot_alloc(size, 0);
-  return fm_pool.checked ? check_malloc(size) : block_alloc(size);
-}
-
-/* checked first: under memcheck every call comes here, and each instruction on the way to
- * the requests costs (check.c's functions handle a pool not yet ready themselves) */
-void *fm_malloc_slow(size_t size) {
-  if (fm_pool.checked) return check_malloc(size);
-  if (likely(pool_ready())) return heap_on ? heap_alloc(size) : block_alloc(size);
-  return malloc_start(size);
-}
-
-void fm_free_slow(void *p) {
-  if (fm_pool.checked) return check_free(p);
-  if (heap_on && p) heap_free(p);   /* a sampled block: its record goes first */
-  if (p) block_free(p);
-}
-
 /* ---- entry points ------------------------------------------------------------------------ */
 void *flatmalloc_malloc(size_t size) { return fm_alloc(size); }
 

@@ -1,23 +1,10 @@
 /* The fast paths: malloc that hits the thread cache, free of the thread's own block to its
  * cache. Everything else (empty or full arrays, another thread's block, large blocks,
  * start-up, checking mode, memcheck, bad pointers) is one unlikely test away, in the noinline
- * slow paths of api.c. */
+ * slow paths of slow.c, the floor below. Only api.c, above, includes it. */
 #ifndef FM_FAST_H
 #define FM_FAST_H
 #include "internal.h"
-
-/* The newest block of tc's bin c1 (not empty), made LIVE for tc. With zero, *zero says whether
- * it was never handed out from fresh memory (calloc checks it then). */
-static always_inline void *fm_pop(struct fm_tcache *tc, unsigned c1, bool *zero) {
-  struct fm_blk *top = --tc->top[c1];
-  void *p = top->p;
-  fm_st *st = top->st;
-  if (zero) *zero = st_load(st) == ST_ZERO;
-  st_store(st, tc->tag);
-  return p;
-}
-
-static always_inline bool fm_bin_empty(const struct fm_tcache *tc, unsigned c1) { return tc->top[c1] == tc->base[c1]; }
 
 static always_inline void *fm_alloc(size_t size) {
   if (likely(size < fm_pool.small_lim)) {

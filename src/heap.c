@@ -43,7 +43,6 @@
 #include <string.h>
 #include <unwind.h>
 
-#include "fast.h"
 #include "flatmalloc.h"
 #include "fmt.h"
 #include "heap.h"

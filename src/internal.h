@@ -122,6 +122,20 @@ hidden void tcache_collect(void);
 struct tcache_stats { uint64_t caches, threads, tagged, bytes; };
 hidden void tcache_stats(struct tcache_stats *s);
 
+/* The thread cache's pop, for fast.h and the heap profiler: the newest block of tc's bin c1
+ * (not empty), made LIVE for tc. With zero, *zero says whether it was never handed out from
+ * fresh memory (calloc checks it then). */
+static always_inline void *fm_pop(struct fm_tcache *tc, unsigned c1, bool *zero) {
+  struct fm_blk *top = --tc->top[c1];
+  void *p = top->p;
+  fm_st *st = top->st;
+  if (zero) *zero = st_load(st) == ST_ZERO;
+  st_store(st, tc->tag);
+  return p;
+}
+
+static always_inline bool fm_bin_empty(const struct fm_tcache *tc, unsigned c1) { return tc->top[c1] == tc->base[c1]; }
+
 /* block.c: a block of any size, and its release, for the API and checking mode */
 hidden void *block_alloc(size_t size);
 hidden void *block_alloc_aligned(size_t align, size_t size);
@@ -131,8 +145,10 @@ hidden size_t block_usable(const void *p, enum fault_call call);   /* validated:
 hidden void *block_alloc_direct(size_t size);   /* native code (check.c): its own cache, no errno */
 hidden bool block_free_direct(void *p);         /* native code: false for a bad pointer, no stop */
 
-/* pool.c: start-up and the bootstrap buffer */
-hidden bool pool_init(void);          /* false: use the bootstrap buffer for now */
+/* pool.c: the pool's reservation and layout (tool_map and tool_cap: a Valgrind tool's heap and
+ * the most it may be, or NULL and 0); boot.c: the bootstrap buffer */
+hidden void pool_reserve(void *(*tool_map)(size_t size), uint64_t tool_cap);
+hidden void pool_after_fork(void);
 hidden void *boot_alloc(size_t size, size_t align);
 hidden bool boot_owns(const void *p);
 hidden size_t boot_usable(const void *p);
@@ -153,7 +169,10 @@ hidden void profile_setup(void);
 hidden void profile_alloc(size_t size);
 hidden void profile_free(size_t size);
 
-/* api.c slow paths, behind the inline fast paths of fast.h */
+/* heap.c: the heap profiler (heap.h) */
+
+/* slow.c: start-up, and the slow paths behind the inline fast paths of fast.h (above it) */
+hidden bool pool_init(void);          /* false: use the bootstrap buffer for now */
 hidden noinline void *fm_malloc_slow(size_t size);
 hidden noinline void fm_free_slow(void *p);
 #endif

@@ -1,24 +1,17 @@
-/* Start-up: read the settings, reserve the pool, lay it out. Until that is done (the dynamic
- * loader, dlsym and our own set-up may call malloc first) requests come from the bootstrap
- * buffer (boot.c). The top floor of the core below the API: it sets up every other file. */
+/* The pool: reserve it, lay it out, and leave a fork child a usable one. slow.c starts it up
+ * (reading the settings, then every other file's set-up). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
 
 #include "fmt.h"
-#include "heap.h"
 #include "internal.h"
 #include "os.h"
 
-#include "vg.h"
-
-extern char **environ;
 
 struct fm_pool fm_pool;
 
-enum { POOL_NONE, POOL_STARTING, POOL_READY };
-static __thread bool pool_starting;   /* this thread is inside pool_init */
 
 /* ---- layout ----------------------------------------------------------------------------- */
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
@@ -118,14 +111,17 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
 }
 
 /* Reserves size bytes starting on a 2 MiB boundary; the slack before it is never touched. */
+static void *(*pool_tool_map)(size_t size);
+
 static void *pool_map(size_t size, bool prefault) {
-  uintptr_t mem = (uintptr_t)(check_pool_heap() ? check_pool_map(size + POOL_ALIGN)
-                                                : os_reserve(size + POOL_ALIGN, prefault, !fm_pool.lazy_commit));
+  uintptr_t mem = (uintptr_t)(pool_tool_map ? pool_tool_map(size + POOL_ALIGN)
+                                            : os_reserve(size + POOL_ALIGN, prefault, !fm_pool.lazy_commit));
   return mem ? (void *)((mem + POOL_ALIGN - 1) & ~(uintptr_t)(POOL_ALIGN - 1)) : NULL;
 }
 
-static void pool_reserve(void) {
+void pool_reserve(void *(*tool_map)(size_t size), uint64_t tool_cap) {
   struct fm_options *o = &fm_pool.opt;
+  pool_tool_map = tool_map;
   fm_pool.lazy_commit = !o->prefault && os_overcommit_strict();
   void *mem = NULL;
   size_t size = o->pool;
@@ -139,7 +135,7 @@ static void pool_reserve(void) {
     }
   } else {
     uint64_t phys = os_physical_memory();
-    if (fm_pool.valgrind && phys > check_pool_cap()) phys = check_pool_cap();   /* see check.c */
+    if (tool_cap && phys > tool_cap) phys = tool_cap;   /* see check.c */
     size = phys > FM_POOL_MAX ? FM_POOL_MAX : (size_t)phys;
     /* Under RLIMIT_AS the program keeps POOL_AS_ROOM for thread stacks and, of the rest, half
      * for libraries and its own mappings; under a limit too small for that the pool takes up to
@@ -171,52 +167,12 @@ static void pool_reserve(void) {
   pool_layout(mem, size, &L);
 }
 
-static void pool_start(void) {
-  struct fm_pool *P = &fm_pool;
-  options_read(&P->opt);
-  P->valgrind = check_setup();
-  pool_reserve();
-  tcache_setup();
-  stats_setup();
-  profile_setup();
-  heap_setup();
-  check_pool_start();
-  /* Check mode and memcheck send every call through the slow paths: the fast paths stay as
-   * they are, with no extra test. Set last: the slow paths test it before the pool is ready,
-   * and another thread that sees it set must find the pool laid out. */
-  if (P->opt.check || P->valgrind || P->opt.profile) {
-    P->checked = true;
-  } else {
-    P->heap_chunks = P->heap_size >> P->chunk_shift;
-    P->small_lim = heap_on ? 0 : P->small_max + 1;   /* heap.c counts every malloc's bytes */
-  }
-}
-
 /* In a forked child only the forking thread exists: other threads' cache slots and their
  * blocks are left as they were (never reused; copy-on-write makes that free). A class or the
  * heap whose lock another thread held at the fork is abandoned and starts afresh. */
-static void pool_after_fork(void) {
+void pool_after_fork(void) {
   span_after_fork();
   class_after_fork();
   atomic_store_explicit(&fm_pool.lockers, 0, memory_order_relaxed);   /* the lockers were other threads */
   tcache_after_fork();
 }
-
-bool pool_init(void) {
-  int s = atomic_load_explicit(&fm_pool.state, memory_order_acquire);
-  if (s == POOL_READY) return true;
-  if (pool_starting || !environ) return false;
-  if (s == POOL_NONE && atomic_compare_exchange_strong(&fm_pool.state, &s, POOL_STARTING)) {
-    pool_starting = true;
-    pool_start();
-    pool_starting = false;
-    atomic_store_explicit(&fm_pool.state, POOL_READY, memory_order_release);
-    pthread_atfork(NULL, NULL, pool_after_fork);   /* may allocate: the pool is ready now */
-    return true;
-  }
-  while (atomic_load_explicit(&fm_pool.state, memory_order_acquire) != POOL_READY) sched_yield();
-  return true;
-}
-
-/* Initialise before main even if nothing allocates, so a bad setting stops the program there. */
-__attribute__((constructor)) static void pool_constructor(void) { pool_init(); }

@@ -1,0 +1,76 @@
+/* The slow paths behind fast.h's fast paths, and the start-up the first of them triggers: read
+ * the settings, reserve the pool, set every other file up. Until that is done (the dynamic
+ * loader, dlsym and our own set-up may call malloc first) requests come from the bootstrap
+ * buffer (boot.c). Above every other file of the core; fast.h sits on it, api.c on top. */
+#include <pthread.h>
+#include <sched.h>
+
+#include "heap.h"
+#include "internal.h"
+#include "vg.h"
+
+extern char **environ;
+
+enum { POOL_NONE, POOL_STARTING, POOL_READY };
+static __thread bool pool_starting;   /* this thread is inside pool_init */
+
+static void start(void) {
+  struct fm_pool *P = &fm_pool;
+  options_read(&P->opt);
+  P->valgrind = check_setup();
+  pool_reserve(check_pool_heap() ? check_pool_map : NULL, P->valgrind ? check_pool_cap() : 0);
+  tcache_setup();
+  stats_setup();
+  profile_setup();
+  heap_setup();
+  check_pool_start();
+  /* Check mode and memcheck send every call through the slow paths: the fast paths stay as
+   * they are, with no extra test. Set last: the slow paths test it before the pool is ready,
+   * and another thread that sees it set must find the pool laid out. */
+  if (P->opt.check || P->valgrind || P->opt.profile) {
+    P->checked = true;
+  } else {
+    P->heap_chunks = P->heap_size >> P->chunk_shift;
+    P->small_lim = heap_on ? 0 : P->small_max + 1;   /* heap.c counts every malloc's bytes */
+  }
+}
+
+bool pool_init(void) {
+  int s = atomic_load_explicit(&fm_pool.state, memory_order_acquire);
+  if (s == POOL_READY) return true;
+  if (pool_starting || !environ) return false;
+  if (s == POOL_NONE && atomic_compare_exchange_strong(&fm_pool.state, &s, POOL_STARTING)) {
+    pool_starting = true;
+    start();
+    pool_starting = false;
+    atomic_store_explicit(&fm_pool.state, POOL_READY, memory_order_release);
+    pthread_atfork(NULL, NULL, pool_after_fork);   /* may allocate: the pool is ready now */
+    return true;
+  }
+  while (atomic_load_explicit(&fm_pool.state, memory_order_acquire) != POOL_READY) sched_yield();
+  return true;
+}
+
+/* Initialise before main even if nothing allocates, so a bad setting stops the program there. */
+__attribute__((constructor)) static void pool_constructor(void) { pool_init(); }
+
+/* ---- slow paths -------------------------------------------------------------------------- */
+static cold noinline void *malloc_start(size_t size) {
+  if (!pool_init()) return boot_alloc(size, 0);
+  return fm_pool.checked ? check_malloc(size) : block_alloc(size);
+}
+
+/* checked first: under memcheck every call comes here, and each instruction on the way to
+ * the requests costs (check.c's functions handle a pool not yet ready themselves) */
+void *fm_malloc_slow(size_t size) {
+  if (fm_pool.checked) return check_malloc(size);
+  if (likely(pool_ready())) return heap_on ? heap_alloc(size) : block_alloc(size);
+  return malloc_start(size);
+}
+
+void fm_free_slow(void *p) {
+  if (fm_pool.checked) return check_free(p);
+  if (heap_on && p) heap_free(p);   /* a sampled block: its record goes first */
+  if (p) block_free(p);
+}
+

@@ -37,7 +37,8 @@ static const char *parse_size(const char *v, uint64_t *out) {
     case 't': case 'T': shift = 40; break;
     default: return "unknown size suffix (expected K, M, G or T)";
   }
-  if (*s && s[1] && !((s[1] == 'b' || s[1] == 'B') && !s[2]) && !((s[1] == 'i') && (s[2] == 'B') && !s[3]))
+  if (*s && s[1] == 'b') return "b is bits, not bytes (expected K, M, G or T, optionally followed by B or iB)";
+  if (*s && s[1] && !(s[1] == 'B' && !s[2]) && !(s[1] == 'i' && s[2] == 'B' && !s[3]))
     return "unknown size suffix (expected K, M, G or T)";
   if (shift && n > (UINT64_MAX >> shift)) return "size too large";
   *out = n << shift;
@@ -106,8 +107,11 @@ static const char *opt_classes(const char *v, struct fm_options *o) {
     }
     sum += o->class_bp[n];
     o->class_size[n++] = (uint32_t)size;
-    if (*s == ',') s++;
-    else if (*s) return "expected size[:percent],...";
+    if (*s == ',') {
+      if (!*++s) return "a trailing comma (expected size[:percent],...)";
+    } else if (*s) {
+      return "expected size[:percent],...";
+    }
   }
   if (n == 0) return "no classes";
   if (sum > 10000) return "reservations add up to more than 100 % of the pool";
@@ -187,20 +191,36 @@ static const char *opt_heap_sample(const char *v, struct fm_options *o) {
   return NULL;
 }
 
-/* A signal number, or USR1, USR2 (with or without SIG). */
+/* The signals the profiler may take: USR1, USR2, PROF and the real-time signals from SIGRTMIN
+ * (34 with glibc). The others mean something to the program or the system (INT, TERM, PIPE,
+ * HUP, ALRM, CHLD, WINCH, job control: the program would no longer stop, hang up or reap), to
+ * a fault (SEGV, BUS, FPE, ILL, ABRT, TRAP: a profile written from inside a crash), or to glibc
+ * itself (32 and 33, below SIGRTMIN: its threads' cancellation and setxid), or cannot be caught
+ * (KILL, STOP). Named with or without SIG, or by number. */
 static const char *opt_heap_signal(const char *v, struct fm_options *o) {
-  if (v[0] == 'S' && v[1] == 'I' && v[2] == 'G') v += 3;
-  if (!__builtin_strcmp(v, "USR1")) o->heap_signal = SIGUSR1;
-  else if (!__builtin_strcmp(v, "USR2")) o->heap_signal = SIGUSR2;
-  else {
-    int n = 0;
-    const char *s = v;
-    for (; *s >= '0' && *s <= '9' && n < 1000; s++) n = n * 10 + (*s - '0');
-    if (!*v || *s || n < 1 || n > SIGRTMAX || n == SIGKILL || n == SIGSTOP || n == SIGSEGV || n == SIGBUS)
-      return "expected a signal number or USR1, USR2 (not KILL, STOP, SEGV or BUS)";
-    o->heap_signal = n;
+  static char why[160];
+  static const struct { const char *name; int sig; } named[] = {{"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"PROF", SIGPROF}};
+  const char *s = v[0] == 'S' && v[1] == 'I' && v[2] == 'G' ? v + 3 : v;
+  int n = -1;
+  for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+    if (!__builtin_strcmp(s, named[i].name)) n = named[i].sig;
+  if (n < 0 && *v >= '0' && *v <= '9') {
+    n = 0;
+    for (s = v; *s >= '0' && *s <= '9' && n < 1000; s++) n = n * 10 + (*s - '0');
+    if (*s) n = -1;
   }
-  return NULL;
+  if (n == SIGUSR1 || n == SIGUSR2 || n == SIGPROF || (n >= SIGRTMIN && n <= SIGRTMAX)) {
+    o->heap_signal = n;
+    return NULL;
+  }
+  struct fmt f = {why, sizeof why, 0};
+  fmt_str(&f, "expected USR1 (10), USR2 (12), PROF (27) or a real-time signal from ");
+  fmt_u64(&f, (uint64_t)SIGRTMIN, 0);
+  fmt_str(&f, " to ");
+  fmt_u64(&f, (uint64_t)SIGRTMAX, 0);
+  fmt_str(&f, " (the others belong to the program, the system or glibc)");
+  fmt_end(&f);
+  return why;
 }
 
 static const struct option options[] = {
@@ -217,7 +237,7 @@ static const struct option options[] = {
   {"FLATMALLOC_PROFILE", "unset", opt_profile, "record request sizes and peaks into FILE.PID at exit"},
   {"FLATMALLOC_HEAP", "unset", opt_heap, "sampling heap profiler: pprof profiles into FILE.PID at exit"},
   {"FLATMALLOC_HEAP_SAMPLE", "512K", opt_heap_sample, "mean bytes allocated between two heap samples"},
-  {"FLATMALLOC_HEAP_SIGNAL", "unset", opt_heap_signal, "this signal (number, USR1, USR2) writes FILE.PID.N"},
+  {"FLATMALLOC_HEAP_SIGNAL", "unset", opt_heap_signal, "this signal (USR1, USR2, PROF or SIGRTMIN-SIGRTMAX) writes FILE.PID.N"},
 };
 
 /* Text from the environment, made one printable line: control characters, DEL, bytes above

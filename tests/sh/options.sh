@@ -228,6 +228,27 @@ reject_exact 'flatmalloc: FLATMALLOC_\x1b]0;x\x07=1: unknown setting (known: FLA
 esc64=$(printf '\\x01%.0s' {1..64})
 reject_exact "flatmalloc: FLATMALLOC_CHECK=$esc64...: expected 0 or 1" "FLATMALLOC_CHECK=$(printf '\001%.0s' {1..65})"
 
+echo "== settings that would harm the program are refused (issue 30) =="
+sig_why='expected USR1 (10), USR2 (12), PROF (27) or a real-time signal from 34 to 64 (the others belong to the program, the system or glibc)'
+# glibc's own signals (32, 33), the program's (INT, PIPE, TERM, HUP, ALRM, CHLD, WINCH, job
+# control), a fault's (ABRT, SEGV, BUS, FPE, ILL, TRAP), those that cannot be caught, and no signal
+for sig in 32 33 2 13 15 6 1 3 4 5 7 8 9 11 14 17 18 19 20 28 SIGINT TERM SIGABRT KILL 0 65 99 '' USR3 10x; do
+  reject_exact "flatmalloc: FLATMALLOC_HEAP_SIGNAL=$sig: $sig_why" "FLATMALLOC_HEAP_SIGNAL=$sig"
+done
+reject_exact "flatmalloc: FLATMALLOC_POOL=64Mb: b is bits, not bytes (expected K, M, G or T, optionally followed by B or iB)" FLATMALLOC_POOL=64Mb
+reject_exact "flatmalloc: FLATMALLOC_POOL=1gb: b is bits, not bytes (expected K, M, G or T, optionally followed by B or iB)" FLATMALLOC_POOL=1gb
+reject_exact "flatmalloc: FLATMALLOC_POOL=64Mib: unknown size suffix (expected K, M, G or T)" FLATMALLOC_POOL=64Mib
+reject_exact "flatmalloc: FLATMALLOC_HEAP_SAMPLE=128Kb: b is bits, not bytes (expected K, M, G or T, optionally followed by B or iB)" FLATMALLOC_HEAP_SAMPLE=128Kb
+reject_exact "flatmalloc: FLATMALLOC_CLASSES=16:100,: a trailing comma (expected size[:percent],...)" FLATMALLOC_CLASSES=16:100,
+reject_exact "flatmalloc: FLATMALLOC_CLASSES=16,32,: a trailing comma (expected size[:percent],...)" FLATMALLOC_CLASSES=16,32,
+reject_exact "flatmalloc: FLATMALLOC_CLASSES=16,,32: expected size[:percent],..." FLATMALLOC_CLASSES=16,,32
+# the signals that stay the profiler's, and the byte spellings of a size
+for sig in USR1 SIGUSR2 10 12 PROF SIGPROF 27 34 50 64; do
+  accept FLATMALLOC_HEAP_SIGNAL=$sig
+done
+accept FLATMALLOC_POOL=64MB
+accept FLATMALLOC_POOL=64MiB
+
 echo "== settings that leave a class no room for one span are refused (issue 18) =="
 reject_exact "flatmalloc: FLATMALLOC_LARGE=100: the large area's reservation leaves no room for a span of the 16 B class" \
   FLATMALLOC_LARGE=100

@@ -12,7 +12,8 @@
 #include "vg.h"
 
 #define NAMED(fn) __asm__(fn) noinline __attribute__((used))
-static void *named_malloc(size_t size) NAMED("malloc");
+static void *named_malloc(size_t size);
+static void *told(uintptr_t p, size_t size) NAMED("malloc");
 static void named_free(void *p) NAMED("free");
 static void *named_realloc(void *p, size_t size) NAMED("realloc");
 
@@ -39,20 +40,24 @@ static void *named_malloc(size_t size) {
     unsigned c = vg_stash_class(size);
     unsigned n = quick.nstash[c];
     if (unlikely(!n)) n = (unsigned)(native(vg_native_fill, c, size + LEAN_LEAD) >> 4);
-    if (likely(n)) {
-      uintptr_t p = vg_stash_pop(c, n, size);
-      quick.malloc_req[1] = p;
-      quick.malloc_req[2] = size;
-      vg_request(quick.malloc_req, 0);
-      quick.malloc_req[1] = 0;   /* memcheck's leak search reads this as a root */
-      flag_give();
-      vg_scrub(p);
-      return (void *)p;
-    }
+    if (likely(n)) return told(vg_stash_pop(c, n, size), size);
     flag_give();   /* none left: vg.c's way hands the queue and the stash back and retries */
   }
   return vg_malloc_long(size);
 }
+
+/* Reached by tail calls only: memcheck's stack reads malloc (this request), then the program. */
+static void *told(uintptr_t p, size_t size) {
+  quick.malloc_req[1] = p;
+  quick.malloc_req[2] = size;
+  vg_request(quick.malloc_req, 0);
+  quick.malloc_req[1] = 0;   /* memcheck's leak search reads this as a root */
+  flag_give();
+  vg_scrub(p);
+  return (void *)p;
+}
+
+void *vg_malloc_told(uintptr_t p, size_t size) { return told(p, size); }
 
 /* In the heap: neither NULL nor a bootstrap block. A bad pointer is found when the queue is
  * handed over, after memcheck reported it. */

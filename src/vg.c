@@ -403,6 +403,13 @@ uintptr_t vg_native_fill(uintptr_t tid, uintptr_t c, uintptr_t size) {
     if (!b) break;
     quick.stash[c][n++] = ~((uintptr_t)b + 2 * FM_ALIGN);
   }
+  /* malloc takes the last first: the blocks go out in the order they came, ascending addresses
+   * as with glibc (memcheck names the lowest block of a leaked cycle its definitely lost one) */
+  for (unsigned i = 0, j = n ? n - 1 : 0; i < j; i++, j--) {
+    uintptr_t t = quick.stash[c][i];
+    quick.stash[c][i] = quick.stash[c][j];
+    quick.stash[c][j] = t;
+  }
   quick.nstash[c] = quick.nfilled[c] = (uint8_t)n;
   if (n) stash_filled |= 1ull << c;
   return native_leave((uintptr_t)n << 4);
@@ -454,6 +461,10 @@ static bool queued(uintptr_t p) {
   return false;
 }
 
+/* realloc: validates p; shrinks it in place when the new size leaves room for the canary,
+ * except under memcheck, whose own realloc always moves the block: the block then carries
+ * realloc's stack and its old address is reported when used, as with glibc. */
+static bool shrink_in_place;
 /* realloc: validates p; shrinks it in place when the new size leaves room for the canary. */
 uintptr_t vg_native_resize(uintptr_t tid, uintptr_t p, uintptr_t size) {
   (void)tid;
@@ -462,7 +473,7 @@ uintptr_t vg_native_resize(uintptr_t tid, uintptr_t p, uintptr_t size) {
   struct check_block f;
   enum check_verdict v = queued(p) ? V_FREED : check_find((void *)p, &f);
   uintptr_t r = native_code(v, &f);
-  if (v == V_OK && size <= f.size && size + CANARY_MIN <= (size_t)(check_block_end(f.b, f.cls) - (uint8_t *)p)) {
+  if (v == V_OK && shrink_in_place && size <= f.size && size + CANARY_MIN <= (size_t)(check_block_end(f.b, f.cls) - (uint8_t *)p)) {
     f.h->size = size;
     f.h->kind = KIND_MALLOC;
     r |= NATIVE_IN_PLACE;
@@ -504,10 +515,12 @@ void check_release_queued(void) {
   unlock();
 }
 
-/* The pending headers, before the program's side reads one (malloc_usable_size). */
+/* The pending headers and the queued releases, before the program's side reads a header
+ * (malloc_usable_size: a freed block's is 0, as memcheck's own). */
 static void pending_flush(void) {
   if (!native || pool_gone) return;
   lock();
+  vg_flush_locked();
   native_call(native_pending, 0, 0);
   unlock();
 }
@@ -587,11 +600,17 @@ static bool fishy(size_t size) {
 static void *named_malloc(size_t size) {
   if (unlikely(fishy(size))) return tool_heap.malloc(size);
   if (likely(lean_malloc)) {   /* memcheck, native, no profile */
-    uintptr_t p = VALGRIND_NON_SIMD_CALL2(native_new, size, FM_ALIGN | KIND_MALLOC);
-    if (unlikely(p <= NATIVE_BUSY)) p = (uintptr_t)native_block(size, FM_ALIGN, KIND_MALLOC, false);   /* retry, flush, errno */
-    if (likely(p)) VALGRIND_MALLOCLIKE_BLOCK(p, size, 0, 0);
-    vg_scrub(p);
-    return (void *)p;
+    lock();
+    quick.call_req[1] = (uintptr_t)native_new;
+    quick.call_req[2] = size;
+    quick.call_req[3] = FM_ALIGN | KIND_MALLOC;
+    uintptr_t p = vg_request(quick.call_req, 0);
+    if (likely(p > NATIVE_BUSY)) return vg_malloc_told(p, size);   /* the request, then unlock */
+    unlock();
+    p = (uintptr_t)native_block(size, FM_ALIGN, KIND_MALLOC, false);   /* retry, flush, errno */
+    if (!p) return NULL;
+    lock();
+    return vg_malloc_told(p, size);
   }
   if (unlikely(!pool_ready())) return boot_alloc(size, 0);   /* not reached: api.c and cxx.c start the pool first */
   if (forward) return tool_heap.malloc(size);
@@ -701,7 +720,7 @@ static void *named_realloc(void *p, size_t size) {
   VALGRIND_DISABLE_ERROR_REPORTING;
   uint8_t *end = check_block_end(f.b, f.cls), *user = p;
   VALGRIND_ENABLE_ERROR_REPORTING;
-  if (size <= old && size + CANARY_MIN <= (size_t)(end - user)) {   /* shrink in place */
+  if (shrink_in_place && size <= old && size + CANARY_MIN <= (size_t)(end - user)) {   /* shrink in place */
     VALGRIND_RESIZEINPLACE_BLOCK(p, old, size, 0);
     VALGRIND_DISABLE_ERROR_REPORTING;
     f.h->size = size;
@@ -715,12 +734,17 @@ static void *named_realloc(void *p, size_t size) {
   }
   void *q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
   if (!q) return NULL;
-  if (!pool_gone) vg_alloced(q, size, false);
+  /* memcheck copies between two described blocks (the bytes' definedness goes with them);
+   * for the others the old block is gone before the new one comes, as in their own realloc
+   * (massif's peak counts a moved block once) */
+  bool copy_described = vg_running == VG_MEMCHECK;
+  if (copy_described && !pool_gone) vg_alloced(q, size, false);
   memcpy(q, p, old < size ? old : size);
   if (vg_take_block(p, -1) >= 0) {
     vg_freed(p, old);
     vg_give_block();
   }
+  if (!copy_described && !pool_gone) vg_alloced(q, size, false);
   return q;
 }
 
@@ -812,6 +836,7 @@ bool check_setup(void) {
   VALGRIND_HG_DISABLE_CHECKING(&quick, sizeof quick);
   VALGRIND_DRD_IGNORE(&quick, sizeof quick);
   held.on = vg_running == VG_MEMCHECK;
+  shrink_in_place = vg_running != VG_MEMCHECK;
   if (held.on) read_tool_options();
   return serial;
 }

@@ -206,6 +206,10 @@ hidden uintptr_t vg_native_resize(uintptr_t tid, uintptr_t p, uintptr_t size);  
 hidden void vg_flush_locked(void);
 hidden void vg_flush_unlock(void);   /* vg_flush_locked, then quick.flag released */
 hidden void *vg_malloc_long(size_t size);   /* vg.c's named malloc */
+/* Tells memcheck of malloc's block p of size bytes and lets go of quick.flag: every malloc of
+ * the short and the long way issues its request from this one instruction, so that one call
+ * site's blocks have one stack (one loss record) whatever their size. */
+hidden void *vg_malloc_told(uintptr_t p, size_t size);
 hidden void vg_free_long(void *p);          /* vg.c's named free */
 hidden void *vg_realloc_long(void *p, size_t size);   /* vg.c's named realloc */
 

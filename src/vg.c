@@ -250,6 +250,13 @@ static long take_mismatched(void *p, struct check_block *f, int release) {
   return (long)f->size;
 }
 
+/* memcheck: a pointer outside the pool and the bootstrap buffer is a block of memcheck's own
+ * heap (realloc of a new or new[] block moved it there: named_realloc) or no block at all;
+ * memcheck's functions take it and report what they report in glibc's run. */
+static bool tool_owns(const void *p) {
+  return tool_heap.on && (uintptr_t)p - fm_pool.heap_base >= fm_pool.heap_size && !boot_owns(p);
+}
+
 /* Validates p for a release through the family of release (-1: any). Returns its size with
  * lock() held and memcheck looking away (native calls: the block is released already), for
  * vg_give_block (the caller describes the release between the two, so that no other
@@ -259,6 +266,7 @@ static long take_mismatched(void *p, struct check_block *f, int release) {
 long vg_take_block(void *p, int release) {
   struct check_block *f = &taken;
   if (boot_owns(p)) return TAKE_NONE;
+  if (tool_owns(p)) return TAKE_MISMATCH;   /* the caller hands p to memcheck's release */
   if (forward) {
     tool_heap.free(p);
     return TAKE_NONE;
@@ -658,10 +666,15 @@ static void named_free(void *p) {
   vg_give_block();
 }
 
+/* realloc's block in checking mode and under the tools that are not native: thread-local, not
+ * on the stack, so that realloc can leave by a tail call (memcheck's stack then reads realloc,
+ * then the program). */
+static _Thread_local struct check_block realloc_taken;
+
 static void *named_realloc(void *p, size_t size) {
-  struct check_block f;
+  struct check_block *f = &realloc_taken;
   if (forward && !boot_owns(p)) return tool_heap.realloc(p, size);
-  if (fishy(size)) return tool_heap.realloc(p, size);
+  if (fishy(size) || tool_owns(p)) return tool_heap.realloc(p, size);
   if (!size) {   /* realloc(p, 0) frees p */
     long r = vg_take_block(p, KIND_MALLOC);
     if (r == TAKE_MISMATCH) vg_tool_release(KIND_MALLOC)(p);
@@ -683,6 +696,16 @@ static void *named_realloc(void *p, size_t size) {
     lock();   /* the pending headers (see "the stash") */
     uintptr_t r = native_call(vg_native_resize, (uintptr_t)p, size);
     unlock();
+    if ((r & 15) == V_OK && tool_heap.on && !check_kind_fits((enum check_kind)(r >> 4 & 3), KIND_MALLOC)) {
+      /* a new or new[] block: released here, then memcheck's realloc reports the mismatch
+       * (counted, as in glibc's run) and moves the block into memcheck's heap (tool_owns) */
+      lock();
+      r = native_call(native_free, (uintptr_t)p, 0);
+      unlock();
+      cxx_gone(r);
+      if ((r & 15) == V_OK) profile_free(r >> 8);
+      return tool_heap.realloc(p, size);
+    }
     if (!native_taken(p, r, KIND_MALLOC, true)) {
       vg_freed(p, 0);   /* memcheck: "Invalid free() / delete / delete[] / realloc()" */
       return NULL;
@@ -712,19 +735,19 @@ static void *named_realloc(void *p, size_t size) {
     cxx_gone(r);
     return q;
   }
-  if (!check_take(p, &f, KIND_MALLOC, true)) {
+  if (!check_take(p, f, KIND_MALLOC, true)) {
     vg_freed(p, 0);   /* memcheck: "Invalid free() / delete / delete[] / realloc()" */
     return NULL;
   }
-  size_t old = f.size;
+  size_t old = f->size;
   VALGRIND_DISABLE_ERROR_REPORTING;
-  uint8_t *end = check_block_end(f.b, f.cls), *user = p;
+  uint8_t *end = check_block_end(f->b, f->cls), *user = p;
   VALGRIND_ENABLE_ERROR_REPORTING;
   if (shrink_in_place && size <= old && size + CANARY_MIN <= (size_t)(end - user)) {   /* shrink in place */
     VALGRIND_RESIZEINPLACE_BLOCK(p, old, size, 0);
     VALGRIND_DISABLE_ERROR_REPORTING;
-    f.h->size = size;
-    f.h->kind = KIND_MALLOC;
+    f->h->size = size;
+    f->h->kind = KIND_MALLOC;
     profile_free(old);
     profile_alloc(size);
     check_canary_fill(user, size, end);
@@ -774,7 +797,7 @@ void *vg_realloc_long(void *p, size_t size) { return p ? named_realloc(p, size) 
 size_t check_usable(void *p) {
   struct check_block f;
   if (boot_owns(p)) return boot_usable(p);
-  if (forward) return tool_heap.usable(p);
+  if (forward || tool_owns(p)) return tool_heap.usable(p);
   pending_flush();
   VALGRIND_DISABLE_ERROR_REPORTING;
   enum check_verdict v = check_find(p, &f);

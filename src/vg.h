@@ -144,8 +144,9 @@ struct check_block {
 /* Validates p for a release through the family of release (-1: any). Returns the block's size:
  * release it (the caller describes the release with vg_freed, then calls vg_give_block);
  * or TAKE_BAD, a bad pointer (tell the tool: vg_freed(p, 0)); TAKE_NONE, nothing to do
- * (bootstrap block, forwarded); TAKE_MISMATCH, released through the wrong family: under
- * memcheck the caller hands p to vg_tool_release(release), by a tail call. */
+ * (bootstrap block, forwarded); TAKE_MISMATCH, released through the wrong family, or under
+ * memcheck a pointer outside the pool (memcheck's own block, or none): under memcheck the
+ * caller hands p to vg_tool_release(release), by a tail call. */
 #define TAKE_NONE (-1L)
 #define TAKE_BAD (-2L)
 #define TAKE_MISMATCH (-3L)

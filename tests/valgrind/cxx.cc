@@ -1,5 +1,6 @@
 // C++ new and delete under flatmalloc: every operator form, a leak through operator new for
 // memcheck to find, and (with an argument) a release through the wrong function.
+#include <malloc.h>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -37,6 +38,15 @@ int main(int argc, char **argv) {
   if (!std::strcmp(c, "delete-of-malloc")) { int *a = static_cast<int *>(std::malloc(16)); delete a; return 0; }
   if (!std::strcmp(c, "delete[]-of-new")) { int *a = new int(1); delete[] a; return 0; }
   if (!std::strcmp(c, "delete-of-new[]")) { int *a = new int[8]; delete a; return 0; }
+  if (!std::strcmp(c, "realloc-of-new[]")) {   /* the moved block is memcheck's: free, realloc, delete */
+    int *a = new int[4];
+    a[0] = 1;
+    a = static_cast<int *>(std::realloc(a, 64));
+    a = static_cast<int *>(std::realloc(a, 128));
+    if (a[0] != 1 || malloc_usable_size(a) < 128) return 3;
+    std::free(a);
+    return 0;
+  }
   for (int i = 0; i < 1000; i++) {
     int *a = new int(i), *b = new int[i + 1];
     wide *w = new wide, *v = new wide[3];

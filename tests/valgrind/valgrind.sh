@@ -88,7 +88,7 @@ else bad "memcheck C++" "$out"; fi
 frames_of() {   # the lines of the first report starting with $1, addresses and places left out
   grep -A6 -F "$1" | sed -n '1,/^==[0-9]*== *$/p' | sed -E 's/^==[0-9]*==//; s/0x[0-9A-Fa-f]+//g; s/ \((vg_replace_malloc\.c:[0-9]+|in [^)]*)\)$//'
 }
-for c in 'free-of-new[]' 'delete-of-malloc' 'delete[]-of-new' 'delete-of-new[]'; do
+for c in 'free-of-new[]' 'delete-of-malloc' 'delete[]-of-new' 'delete-of-new[]' 'realloc-of-new[]'; do
   want=$(gl "$cxx" "$c" | frames_of "Mismatched free()")
   out=$(fm --error-exitcode=9 "$cxx" "$c"); rc=$?
   got=$(frames_of "Mismatched free()" <<<"$out")

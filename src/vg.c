@@ -866,14 +866,17 @@ bool check_setup(void) {
 
 /* The default pool's ceiling under each tool. memcheck's heap holds a block of 16 GiB but not
  * 32; with --track-origins=yes memcheck notes an origin for every word of the heap block the
- * pool lives in when it is allocated (about 4 bytes of the tool's memory a byte of pool, and
- * 40 ms a MiB): 256 MiB cost 1.1 GB and 10 s. helgrind shadows mapped memory eagerly (4 GiB of
- * pool cost it 3 GB and 4 s), and under it the pool serves nothing (every call is forwarded);
- * drd's suppression of the pool costs it time in proportion (32 GiB: 13 s). FLATMALLOC_POOL
- * overrides each. */
+ * pool lives in when it is allocated, in a cache whose first level (allocated in any case)
+ * covers 64 MiB and whose second level takes about 4.6 bytes of the tool's memory and 7 ms per
+ * MiB beyond: a pool of 56 MiB (61 MiB with its tables) would cost nothing more than glibc's
+ * run (a 64-byte program: 156 MB against 155 MB), but a default pool is at least 64 MiB
+ * (pool.c): 230 MB, 1.5x glibc's; 256 MiB cost 1.15 GB. helgrind shadows mapped memory
+ * eagerly (4 GiB of pool cost it 3 GB and 4 s), and under it the pool serves nothing (every
+ * call is forwarded); drd's suppression of the pool costs it time in proportion (32 GiB:
+ * 13 s). FLATMALLOC_POOL overrides each. */
 size_t check_pool_cap(void) {
   switch (vg_running) {
-  case VG_MEMCHECK: return origins ? (size_t)256 << 20 : (size_t)16 << 30;
+  case VG_MEMCHECK: return origins ? (size_t)64 << 20 : (size_t)16 << 30;
   case VG_HELGRIND: return (size_t)64 << 20;
   case VG_DRD: return (size_t)512 << 20;
   default: return (size_t)32 << 30;

@@ -15,7 +15,8 @@
 static void *named_malloc(size_t size);
 static void *told(uintptr_t p, size_t size) NAMED("malloc");
 static void named_free(void *p) NAMED("free");
-static void *named_realloc(void *p, size_t size) NAMED("realloc");
+static void *named_realloc(void *p, size_t size);
+static void *told_realloc(uintptr_t q, size_t size, void *p, size_t copy) NAMED("realloc");
 
 void *check_malloc(size_t size) { return named_malloc(size); }
 void check_free(void *p) { named_free(p); }
@@ -76,39 +77,38 @@ static void named_free(void *p) {
 /* realloc of a block in the heap to a stashed size while releases are queued (no new or new[]
  * block is live: p is a malloc block): one native call, as glibc's realloc under memcheck makes
  * one call into memcheck, and memcheck's memcpy, which carries over which bytes are defined.
- * This one has a stack frame (memcpy). A bad pointer takes vg.c's way, which reports it. */
+ * Under memcheck realloc always moves the block (vg_native_resize), as memcheck's own. A bad
+ * pointer takes vg.c's way, which reports it. */
 static void *named_realloc(void *p, size_t size) {
   if (likely(!quick.queue_off) && size && size < quick.stash_lim &&
       (uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size && flag_take()) {
     uintptr_t r = native(vg_native_resize, (uintptr_t)p, size);
     size_t old = r >> 8;
     if (likely((r & 15) == 0)) {   /* valid */
-      if (r & NATIVE_IN_PLACE) {   /* shrunk in place */
-        quick.resize_req[1] = (uintptr_t)p;
-        quick.resize_req[2] = old;
-        quick.resize_req[3] = size;
-        vg_request(quick.resize_req, 0);
-        flag_give();
-        return p;
-      }
       unsigned c = vg_stash_class(size), n = quick.nstash[c];
       if (!n) n = (unsigned)(native(vg_native_fill, c, size + LEAN_LEAD) >> 4);
-      if (likely(n)) {
-        uintptr_t q = vg_stash_pop(c, n, size);
-        quick.malloc_req[1] = q;
-        quick.malloc_req[2] = size;
-        vg_request(quick.malloc_req, 0);
-        quick.malloc_req[1] = 0;
-        memcpy((void *)q, p, old < size ? old : size);
-        quick.free_req[1] = (uintptr_t)p;
-        vg_request(quick.free_req, 0);
-        vg_queue_add((uintptr_t)p);
-        if (unlikely(quick.nqueue == QUEUE_LEN)) vg_flush_locked();
-        flag_give();
-        return (void *)q;
-      }
+      if (likely(n)) return told_realloc(vg_stash_pop(c, n, size), size, p, old < size ? old : size);
     }
     flag_give();
   }
   return vg_realloc_long(p, size);
 }
+
+/* Reached by tail calls only, with quick.flag held: memcheck's stack reads realloc (this
+ * request), then the program, for every size. p is a valid malloc block: its release is
+ * queued. This one has a stack frame (memcpy). */
+static void *told_realloc(uintptr_t q, size_t size, void *p, size_t copy) {
+  quick.malloc_req[1] = q;
+  quick.malloc_req[2] = size;
+  vg_request(quick.malloc_req, 0);
+  quick.malloc_req[1] = 0;
+  memcpy((void *)q, p, copy);
+  quick.free_req[1] = (uintptr_t)p;
+  vg_request(quick.free_req, 0);
+  vg_queue_add((uintptr_t)p);
+  if (unlikely(quick.nqueue == QUEUE_LEN)) vg_flush_locked();
+  flag_give();
+  return (void *)q;
+}
+
+void *vg_realloc_told(uintptr_t q, size_t size, void *p, size_t copy) { return told_realloc(q, size, p, copy); }

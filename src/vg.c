@@ -70,7 +70,6 @@ static void unlock(void) {
 struct vg_quick quick = {.flag = ATOMIC_FLAG_INIT,
                              .malloc_req = {VG_USERREQ__MALLOCLIKE_BLOCK},
                              .free_req = {VG_USERREQ__FREELIKE_BLOCK},
-                             .resize_req = {VG_USERREQ__RESIZEINPLACE_BLOCK},
                              .call_req = {VG_USERREQ__CLIENT_CALL2},
                              .queue_off = 1};
 
@@ -721,6 +720,10 @@ static void *named_realloc(void *p, size_t size) {
     void *q = stash_take(size);
     if (!q) q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
     if (!q) return NULL;
+    if (vg_running == VG_MEMCHECK) {   /* p is a malloc block: its release is queued there */
+      lock();
+      return vg_realloc_told((uintptr_t)q, size, p, old < size ? old : size);
+    }
     vg_alloced(q, size, false);
     memcpy(q, p, old < size ? old : size);
     vg_freed(p, old);

@@ -41,7 +41,6 @@
 #define VG_USERREQ__MALLOCLIKE_BLOCK 0
 #define VG_USERREQ__FREELIKE_BLOCK 0
 #define VG_USERREQ__CLIENT_CALL2 0
-#define VG_USERREQ__RESIZEINPLACE_BLOCK 0
 #endif
 
 /* A client request whose arguments (the request's code first) the caller put in args, for
@@ -171,7 +170,6 @@ struct vg_quick {
   atomic_flag flag;                /* memcheck's lock (vg.c's lock()) for all below */
   uintptr_t malloc_req[5];         /* MALLOCLIKE: code, block, size, red zone 0, not zeroed */
   uintptr_t free_req[3];           /* FREELIKE: code, block, red zone 0 */
-  uintptr_t resize_req[5];         /* RESIZEINPLACE: code, block, old size, new size, red zone 0 */
   uintptr_t call_req[4];           /* CLIENT_CALL2: code, function, two arguments */
   uintptr_t queue[QUEUE_LEN];      /* freed pointers; the flush puts release codes here */
   unsigned nqueue;
@@ -211,6 +209,9 @@ hidden void *vg_malloc_long(size_t size);   /* vg.c's named malloc */
  * the short and the long way issues its request from this one instruction, so that one call
  * site's blocks have one stack (one loss record) whatever their size. */
 hidden void *vg_malloc_told(uintptr_t p, size_t size);
+/* Likewise realloc's new block q of size bytes: copies copy bytes of p, the valid malloc block
+ * it replaces, and queues p's release. */
+hidden void *vg_realloc_told(uintptr_t q, size_t size, void *p, size_t copy);
 hidden void vg_free_long(void *p);          /* vg.c's named free */
 hidden void *vg_realloc_long(void *p, size_t size);   /* vg.c's named realloc */
 

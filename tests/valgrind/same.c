@@ -1,7 +1,7 @@
 /* Programs whose report under a Valgrind tool must read as with glibc (issue 30), one per case:
  *   grow         massif: malloc(1 MB), realloc to 2 MB, free: the peak is 2,000,000 bytes
- *   one-site     memcheck: one call site leaks blocks below and above the stash's sizes: one
- *                loss record
+ *   one-site     memcheck: one malloc call site and one realloc call site leak blocks below
+ *                and above the stash's sizes: one loss record each
  *   cycles       memcheck: Valgrind's leak-cycle shape (three-node cycles, linked), whose split
  *                between definitely and indirectly lost follows the blocks' address order
  *   shrink       memcheck: a shrinking and a same-size realloc, then the block is lost: its
@@ -17,6 +17,7 @@ static void *volatile sink;
 
 /* One call site: every block it returns has the same stack. */
 static __attribute__((noinline)) void *site(size_t n) { return malloc(n); }
+static __attribute__((noinline)) void *resite(void *p, size_t n) { return realloc(p, n); }
 
 struct n { struct n *l, *r; };
 
@@ -51,7 +52,10 @@ static int info(void) {
   void *p[64];
   for (int i = 0; i < 64; i++) p[i] = malloc((size_t)(i + 1) * 700);
   for (int i = 0; i < 64; i += 2) free(p[i]);
-  struct mallinfo mi = mallinfo();
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  struct mallinfo mi = mallinfo();   /* as Valgrind's test: memcheck replaces mallinfo, not mallinfo2 */
+#pragma GCC diagnostic pop
   int rc = 0;
   if ((mi.ordblks == 0) != (mi.fordblks == 0)) rc = 10;
   else if ((mi.smblks == 0) != (mi.fsmblks == 0)) rc = 11;
@@ -76,6 +80,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(c, "one-site")) {
     for (int i = 0; i < 4; i++) sink = site(i & 1 ? 20000 : 100);
+    for (int i = 0; i < 4; i++) sink = resite(malloc(8), i & 1 ? 20000 : 100);
     sink = NULL;
     return 0;
   }

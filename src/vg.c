@@ -488,7 +488,7 @@ uintptr_t vg_native_resize(uintptr_t tid, uintptr_t p, uintptr_t size) {
   return native_leave(r);
 }
 
-static uintptr_t native_call(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), uintptr_t a, uintptr_t b) {
+static noinline uintptr_t native_call(uintptr_t (*fn)(uintptr_t, uintptr_t, uintptr_t), uintptr_t a, uintptr_t b) {
   uintptr_t r;
   while ((r = VALGRIND_NON_SIMD_CALL2(fn, a, b)) == NATIVE_BUSY) sched_yield();
   return r;

@@ -4,15 +4,8 @@
 #   same.sh LIB SAME
 set -uo pipefail
 lib=$1 same=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail=0
-ok() { echo "ok $1"; }
-bad() { echo "FAIL $1"; shift; for l in "$@"; do echo "$l" | sed 's/^/    /' | head -40; done; fail=1; }
-keep=(--soname-synonyms=somalloc=nouserintercepts)   # keep flatmalloc's allocator
-fm() { LD_PRELOAD=$lib valgrind "${keep[@]}" "$@" 2>&1; }
-gl() { valgrind "$@" 2>&1; }
-summary() { sed -n '/LEAK SUMMARY/,/suppressed:/p' | sed 's/^==[0-9]*==//'; }
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 errors() { grep -o 'ERROR SUMMARY: [0-9]* errors from [0-9]* contexts'; }
 # the stacks of the loss records, frames by name: addresses and the allocators' places left out
 records() { grep -A8 "lost in loss record" | grep -E "lost in loss record|(at|by) 0x" \

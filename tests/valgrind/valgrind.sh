@@ -5,15 +5,8 @@
 #   valgrind.sh LIB LEAKS UAF CXX THREADS HEAP CANARY STASH RACE FISHY MIDLEAK ORIGINS
 set -uo pipefail
 lib=$1 leaks=$2 uaf=$3 cxx=$4 threads=$5 heap=$6 canary=$7 stash=$8 race=$9 fishy=${10} midleak=${11} origins=${12}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail=0
-ok() { echo "ok $1"; }
-bad() { echo "FAIL $1"; shift; for l in "$@"; do echo "$l" | sed 's/^/    /' | head -40; done; fail=1; }
-keep=(--soname-synonyms=somalloc=nouserintercepts)   # keep flatmalloc's allocator
-fm() { LD_PRELOAD=$lib valgrind "${keep[@]}" "$@" 2>&1; }
-gl() { valgrind "$@" 2>&1; }
-summary() { sed -n '/LEAK SUMMARY/,/suppressed:/p' | sed 's/^==[0-9]*==//'; }
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # ---- memcheck: leak kinds, suppressions, stacks ---------------------------------------------
 want=$(gl --leak-check=full "$leaks" | summary)

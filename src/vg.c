@@ -468,11 +468,12 @@ static bool queued(uintptr_t p) {
   return false;
 }
 
-/* realloc: validates p; shrinks it in place when the new size leaves room for the canary,
- * except under memcheck, whose own realloc always moves the block: the block then carries
+/* False under memcheck, whose own realloc always moves the block: the block then carries
  * realloc's stack and its old address is reported when used, as with glibc. */
 static bool shrink_in_place;
-/* realloc: validates p; shrinks it in place when the new size leaves room for the canary. */
+
+/* realloc: validates p; shrinks it in place (shrink_in_place) when the new size leaves room for
+ * the canary. */
 uintptr_t vg_native_resize(uintptr_t tid, uintptr_t p, uintptr_t size) {
   (void)tid;
   if (!native_enter()) return NATIVE_BUSY;

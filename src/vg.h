@@ -159,7 +159,9 @@ hidden vg_release_fn *vg_tool_release(int release);
  * "the stash" and "deferred releases" in vg.c) live in a file of their own: their local
  * functions are named malloc, free and realloc, as vg.c's, and reach vg.c's only by tail
  * calls, so that malloc and free need no stack frame (memcheck instruments every change of the
- * stack pointer) and the stacks still start at the program's call. */
+ * stack pointer) and the stacks still start at the program's call. Their requests for a
+ * malloc block (told) and for a moved realloc block (told_realloc) are also where vg.c's
+ * malloc and realloc end, by tail calls, so that each comes from one instruction. */
 #define CANARY_MIN 8u                           /* bytes of canary at least */
 #define LEAN_LEAD (2 * FM_ALIGN + CANARY_MIN)   /* header and canary around a malloc block */
 #define QUEUE_LEN 64u

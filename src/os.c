@@ -1,5 +1,5 @@
-/* The only file that calls mmap, madvise, mincore, getrandom, getrlimit, getauxval and
- * clock_gettime. */
+/* The only file that calls mmap, madvise, mincore, getrandom, getrlimit, getauxval,
+ * sched_getaffinity, sched_getcpu and clock_gettime. */
 #include "os.h"
 
 #include <errno.h>

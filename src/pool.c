@@ -167,7 +167,7 @@ void pool_reserve(void *(*tool_map)(size_t size), uint64_t tool_cap) {
   pool_layout(mem, size, &L);
 }
 
-/* In a forked child only the forking thread exists: other threads' cache slots and their
+/* In a forked child only the forking thread exists: other threads' caches and their
  * blocks are left as they were (never reused; copy-on-write makes that free). A class or the
  * heap whose lock another thread held at the fork is abandoned and starts afresh. */
 void pool_after_fork(void) {

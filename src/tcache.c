@@ -19,7 +19,21 @@ __thread struct fm_tcache *fm_tc __attribute__((tls_model("initial-exec"))) = &f
 static pthread_key_t tcache_key;
 
 #ifdef FM_COUNTERS
+#include "fmt.h"
 _Atomic uint64_t fm_counters[CNT_N];
+
+/* The instrumented build's report: one line on stderr at exit. */
+__attribute__((destructor)) static void counters_report(void) {
+  char buf[160];
+  struct fmt f = {buf, sizeof buf, 0};
+  static const char *const names[CNT_N] = {"flatmalloc counters: locks=", " waits=", " shared_rmw="};
+  for (unsigned i = 0; i < CNT_N; i++) {
+    fmt_str(&f, names[i]);
+    fmt_u64(&f, atomic_load(&fm_counters[i]), 0);
+  }
+  fmt_str(&f, "\n");
+  os_write(2, buf, f.len < f.size ? f.len : f.size - 1);
+}
 #endif
 
 /* ---- tags: a lock-free stack of unused ones, then a bump index --------------------------- */
@@ -162,8 +176,9 @@ static void remote_collect(struct fm_tag *t, struct fm_tcache *to, uint32_t most
     fm_st *st;
     int c = class_find(p, &st);
     if (c < 0) fault_stop("a block freed by another thread was damaged (written after free)", p, class_at(p));
+    uintptr_t next = *(uintptr_t *)p ^ mix(p);   /* p starts a block: its link may be read (and waited on) while its state is */
     if (st_load(st) != ST_REMOTE) fault_stop("double free (by two threads at once)", p, c);
-    __atomic_store_n(&t->pending, *(uintptr_t *)p ^ mix(p), __ATOMIC_RELAXED);
+    __atomic_store_n(&t->pending, next, __ATOMIC_RELAXED);
     st_store(st, ST_CACHED);
     if (to) put(to, p, (unsigned)c, st);
     else class_give((unsigned)c, 0, &(struct fm_blk){p, st}, 1);

@@ -9,7 +9,8 @@
  * The heap is cut into chunks (2^chunk_shift bytes: 8 KiB in pools below 4 GiB, 16 KiB from
  * there, more above 64 GiB). The meta area holds the blocks' states (BLOCK STATE below) and,
  * per chunk, a line (struct fm_line: the span and class it belongs to), a run record and a bit
- * "may hold pages"; plus the size -> class table and the thread cache slots. No allocator
+ * "may hold pages"; plus the size -> class table, the owner tags, the classes' shards and their
+ * transfer caches. No allocator
  * metadata lives in free memory: a stray write into a freed block can corrupt nothing but that
  * block.
  *
@@ -23,12 +24,15 @@
  * reservation that the others cannot take.
  *
  * SPAN (class.c). A span holds n blocks of one class from its first byte (so a block aligned to
- * its size stays aligned); nothing else lives in it. Each class is split into FM_SHARDS shards,
+ * its size stays aligned); nothing else lives in it. Each class is split into shards, two per
+ * CPU the process may use (sched_getaffinity at start-up, a power of two up to FM_SHARDS_MAX),
  * each with its own lock, its spans with free blocks in occupancy buckets (the fullest span
- * first, so nearly empty spans drain and go back to the pool) and a transfer cache of whole
- * batches. A thread refills from the shard of its slot (slot index mod FM_SHARDS), so threads
- * on different shards share no lock, no span and no state line; a batch given back goes to the
- * shard of each block's span. A span whose blocks are all free returns to the heap.
+ * first, so nearly empty spans drain and go back to the pool) and a transfer cache of blocks
+ * given back as they came. A refill or flush uses one of the two shards of the CPU the thread
+ * runs on now (sched_getcpu, read from the rseq area), the other one when the first's lock is
+ * held: threads on different CPUs share no lock, and a lock holder preempted on a 2-core
+ * machine with 4,000 threads stops no one. A flush that does not fit the transfer cache goes to
+ * the shard of each block's span. A span whose blocks are all free returns to the heap.
  *
  * BLOCK STATE. Every block has a state byte out of the heap (so no overflow from a block
  * reaches it), found from the chunk's line: block q's is at line.st + q. free() finds q by one
@@ -44,31 +48,48 @@
  * state address beside it, so malloc() writes the state without looking the span up. A state
  * is FREE (in its span; 0, so fresh memory needs no set-up), CACHED (in a thread cache; ZERO
  * when it was never handed out and its pages never written), REMOTE (freed by a thread that
- * does not own it, on its owner's remote stack) or LIVE: OWNED + slot when a thread with a
- * cache handed it out, LIVE when a thread without one did.
+ * does not own it, on its owner's remote stack) or LIVE: OWNED + tag when a thread holding a
+ * tag handed it out, LIVE when a thread without one did.
  *
- * ONE WRITER PER STATE. The thread whose slot owns a LIVE block is the only one that writes its
+ * ONE WRITER PER STATE, AND HOW A BLOCK FREED BY ANOTHER THREAD GETS HOME (tcache.c). A tag is
+ * one of FM_TAGS LIVE values, each with a remote stack, in the meta area; a thread holds one
+ * while one is free (it takes one at its first call, or at a later refill once one is free;
+ * gives it back at exit). The thread holding a LIVE block's tag is the only one that writes its
  * state with plain stores: free() of its own block (LIVE -> CACHED) and malloc() (CACHED -> its
- * LIVE) are plain loads and stores. Any other thread frees it with one compare-exchange LIVE ->
- * REMOTE and chains it in its outbox, which goes onto the owner's remote stack in one push (full,
- * another owner's block, or the freeing thread's refill or exit); the owner takes the stack on
- * its next refill, and a block whose state is no longer REMOTE there was freed twice (two threads at
- * once: the owner's plain store overwrote the exchange) and stops the program before the block
- * is handed out again. Blocks in spans change state only under their shard's lock.
+ * LIVE) are plain loads and stores, no atomic step on the hot pair. Any other thread frees it
+ * with one compare-exchange LIVE -> REMOTE and chains it in its outbox, which goes onto the
+ * tag's remote stack in one push (full, another tag's block, or the freeing thread's refill or
+ * exit); the holder takes up to FM_COLLECT blocks of its stack home at each refill, and a block
+ * whose state is no longer REMOTE there was freed twice (two threads at once: the owner's plain
+ * store overwrote the exchange) and stops the program before the block is handed out again.
+ * A tag no thread holds (its thread exited) is drained by whoever pushes onto it. Blocks that
+ * a thread without a tag handed out are LIVE for anyone: any thread frees them with one
+ * compare-exchange LIVE -> CACHED straight into its own cache (as tcmalloc's and jemalloc's
+ * caches take any block), and of two racing frees only one wins. So the first 250 threads alive
+ * free their own blocks with no atomic step; every thread beyond pays one compare-exchange per
+ * free, none takes a lock per call. Why not mimalloc's per-span thread-free lists: spans are
+ * shared by every thread of a shard, which is what keeps a span's blocks and a program's peak
+ * low, and the owner of a block, not of a span, is what makes a racing double free harmless.
+ * Blocks in spans change state only under their shard's lock.
  *
- * THREAD CACHE (tcache.c, fast paths in fast.h). Per class, an array of free blocks. malloc
- * pops and writes its slot's LIVE; free checks the block's state is its slot's LIVE, writes
- * CACHED and pushes. A bin's room grows by demand up to two batches while the thread's cached
- * bytes stay within its budget (FM_TC_TOTAL shared by the live threads, between FM_TC_MIN and
- * FM_TC_MAX), so a thousand idle threads hold a bounded amount; a full bin gives half to the
- * class, an empty one takes a batch: O(batch). A thread that exits gives everything back.
+ * THREAD CACHE (tcache.c, fast paths in fast.h). Every thread gets one, a run of the heap
+ * taken at its first call (only the rows of the classes it uses are touched), linked in a list
+ * the statistics read. Per class, an array of free blocks. malloc pops and writes its tag's LIVE;
+ * free checks the block's state is its own LIVE, writes CACHED and pushes. A bin's room grows
+ * by demand up to two batches while the thread's cached bytes stay within its budget: a new
+ * thread may hold FM_TC_START and earns more, doubling each FM_TC_EARN times its bins could not
+ * grow, up to its share of FM_TC_PER_CPU a CPU among the threads holding a cache (at least
+ * FM_TC_MIN, at most FM_TC_MAX); so a pool of threads that allocated a little and now wait
+ * holds little, and a busy thread among thousands still caches what it churns. A full bin gives
+ * half to the class, an empty one takes a batch: O(batch). A thread that exits gives
+ * everything back, its cache's run included.
  *
  * LARGE BLOCK (large.c). A request above the largest class is a run of its own: the block
  * starts on a chunk boundary, its size and state are in the run record, never beside it.
  *
  * Memory flows: heap run -> span -> class buckets (or transfer cache) <-> thread cache <->
- * program, or heap run ->
- * large block -> program; and back: a span with no block out, or a freed large block, is a
+ * program, or heap run -> large block -> program; a block freed by another thread: -> its
+ * tag's remote stack -> its owner's cache, or (no tag) -> the freeing thread's cache; and back: a span with no block out, or a freed large block, is a
  * free run again, and its pages go back to the system when the oldest free memory passes the
  * budget or on malloc_trim. */
 #ifndef FM_TYPES_H
@@ -124,7 +145,7 @@
 
 /* A block's state byte (BLOCK STATE above). ZERO is CACHED for a block never handed out whose
  * pages were never written; calloc checks it still reads as zero rather than clearing it. NONE
- * is no state: the bound of the slots' LIVE values. */
+ * is no state: the bound of the tags' LIVE values. */
 enum { ST_FREE = 0, ST_CACHED = 1, ST_ZERO = 2, ST_REMOTE = 3, ST_LIVE = 4, ST_OWNED = 5, ST_NONE = 0xff };
 typedef uint8_t fm_st;
 static inline int st_cached(unsigned s) { return s == ST_CACHED || s == ST_ZERO; }

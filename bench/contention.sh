@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# bench/contention.sh: threads against the middle layer (issue 31). For T threads, bench/scale's
+# own (private working sets) and xchg (one block in eight freed by another thread) under glibc,
+# jemalloc, tcmalloc, mimalloc and flatmalloc, alternating within each repetition; then, for
+# flatmalloc, one run of an instrumented build (meson -Dcounters=true) that counts, per million
+# calls, the acquisitions of locks threads share, the acquisitions that had to wait, and the
+# atomic read-modify-writes on lines other threads write.
+#
+#   bench/contention.sh                       T = 1 2 64 300 1000 4000, 3 repetitions
+#   bench/contention.sh --threads "2 400" --reps 5 --ops 1000000 --allocators glibc,flatmalloc
+#
+# Medians go to stdout as a table; raw.csv to bench/results/contention-<date>/. Each run has a
+# 120 s limit (a run past it counts as failed and is shown as "-"). --ops is per thread up to 256
+# threads, shared out past that (bench/scale.c).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=../scripts/lib.sh
+. "$here/../scripts/lib.sh"
+
+threads="1 2 64 300 1000 4000" reps=3 ops=1000000 allocs_arg=''
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --threads) threads=$2; shift ;;
+    --reps) reps=$2; shift ;;
+    --ops) ops=$2; shift ;;
+    --allocators) allocs_arg=$2; shift ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2; exit 2 ;;
+    *) echo "contention: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+fm_need_packages libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 >&2
+fm_build_lib >&2
+counters=$fm_build-counters
+if [ ! -f "$counters/build.ninja" ]; then
+  CC=${CC:-clang} meson setup "$counters" "$fm_top" -Dcounters=true -Dbenchmarks=disabled >/dev/null
+fi
+ninja -C "$counters" preload/libflatmalloc.so >/dev/null
+
+ma=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+declare -A LIB=([glibc]='' [jemalloc]=/usr/lib/$ma/libjemalloc.so.2 [tcmalloc]=/usr/lib/$ma/libtcmalloc_minimal.so.4
+                [mimalloc]=/usr/lib/$ma/libmimalloc.so.2 [flatmalloc]=$fm_build/preload/libflatmalloc.so)
+allocs=(glibc jemalloc tcmalloc mimalloc flatmalloc)
+[ -n "$allocs_arg" ] && IFS=, read -r -a allocs <<<"$allocs_arg"
+
+out=$fm_top/bench/results/contention-$(date +%Y%m%d-%H%M%S)
+mkdir -p "$out"
+echo "rep,threads,mode,allocator,mops,rss_kb" >"$out/raw.csv"
+{ uptime; nproc; } >"$out/machine.txt"
+echo "contention: load $(cut -d' ' -f1-3 /proc/loadavg), results in $out" >&2
+
+for r in $(seq 1 "$reps"); do
+  for t in $threads; do
+    for mode in own xchg; do
+      for a in "${allocs[@]}"; do
+        res=$(env ${LIB[$a]:+LD_PRELOAD=${LIB[$a]}} timeout 120 "$fm_build/bench/scale" "$mode" --threads "$t" --ops "$ops" 2>/dev/null) || res=''
+        mops=$(sed -n "s/^$mode,t${t}_mops_per_s,//p" <<<"$res")
+        rss=$(sed -n "s/^$mode,t${t}_rss_kb,//p" <<<"$res")
+        echo "$r,$t,$mode,$a,${mops:-},${rss:-}" >>"$out/raw.csv"
+      done
+    done
+  done
+done
+
+echo "threads,mode,calls,locks,waits,shared_rmw" >"$out/counters.csv"
+for t in $threads; do
+  for mode in own xchg; do
+    res=$(LD_PRELOAD=$counters/preload/libflatmalloc.so timeout 120 "$fm_build/bench/scale" "$mode" --threads "$t" --ops "$ops" 2>&1) || true
+    calls=$(( t > 256 ? ops / 2 * 2 * 256 : ops / 2 * 2 * t ))   # as scale.c shares --ops out
+    c=$(sed -n 's/.*flatmalloc counters: locks=\([0-9]*\) waits=\([0-9]*\) shared_rmw=\([0-9]*\).*/\1,\2,\3/p' <<<"$res")
+    echo "$t,$mode,$calls,${c:-,,}" >>"$out/counters.csv"
+  done
+done
+
+python3 - "$out" <<'EOF'
+import csv, statistics, sys
+out = sys.argv[1]
+rows = list(csv.DictReader(open(out + "/raw.csv")))
+allocs = list(dict.fromkeys(r["allocator"] for r in rows))
+keys = list(dict.fromkeys((int(r["threads"]), r["mode"]) for r in rows))
+def med(t, m, a, f):
+    v = [float(r[f]) for r in rows if int(r["threads"]) == t and r["mode"] == m and r["allocator"] == a and r[f]]
+    return statistics.median(v) if v else None
+print("Mops/s, median of %d (min-max of flatmalloc), and flatmalloc over the best peer" % max(int(r["rep"]) for r in rows))
+print("| threads | mode | " + " | ".join(allocs) + " | flat / best peer | flat slowest / median |")
+print("|---|---|" + "---|" * len(allocs) + "---|---|")
+for t, m in keys:
+    ms = {a: med(t, m, a, "mops") for a in allocs}
+    peers = [v for a, v in ms.items() if a != "flatmalloc" and v]
+    fl = [float(r["mops"]) for r in rows if int(r["threads"]) == t and r["mode"] == m and r["allocator"] == "flatmalloc" and r["mops"]]
+    ratio = "%.2f" % (ms["flatmalloc"] / max(peers)) if peers and ms.get("flatmalloc") else "-"
+    low = "%.2f" % (min(fl) / statistics.median(fl)) if fl else "-"
+    print("| %d | %s | " % (t, m) + " | ".join("%.1f" % ms[a] if ms[a] else "-" for a in allocs) + " | %s | %s |" % (ratio, low))
+print()
+print("VmRSS after the run (KiB), median")
+print("| threads | mode | " + " | ".join(allocs) + " |")
+print("|---|---|" + "---|" * len(allocs))
+for t, m in keys:
+    print("| %d | %s | " % (t, m) + " | ".join("%.0f" % v if (v := med(t, m, a, "rss_kb")) else "-" for a in allocs) + " |")
+print()
+print("flatmalloc, instrumented build, per million calls")
+print("| threads | mode | shared-lock acquisitions | waits | atomic RMWs on shared lines |")
+print("|---|---|---|---|---|")
+for r in csv.DictReader(open(out + "/counters.csv")):
+    if not r["locks"]:
+        print("| %s | %s | - | - | - |" % (r["threads"], r["mode"])); continue
+    n = int(r["calls"]) / 1e6
+    print("| %s | %s | %.0f | %.1f | %.0f |" % (r["threads"], r["mode"], int(r["locks"]) / n, int(r["waits"]) / n, int(r["shared_rmw"]) / n))
+EOF

@@ -1,0 +1,142 @@
+/* links: a block another thread freed waits for its owner linked through its first 8 bytes.
+ *
+ *   key       one read of such a block gives away no key: thread A allocates p1 and p2, thread B
+ *             frees them (each sent to A's remote stack by B's next refill: p1 at the stack's end,
+ *             p2 linking to p1); with the links mangled by the key and the address alone (the
+ *             old scheme), word(p1) ^ p1 and word(p2) ^ p2 ^ p1 were both the key. They must
+ *             differ (20 rounds)
+ *   damaged   a write of zeros into p after B freed it (a write after free): A's next refill
+ *             stops the program with one line "a block freed by another thread was damaged
+ *             (written after free)" before it follows the link (forked child, SIGABRT)
+ *
+ * Reading a freed block is what an attacker with a read primitive does; the test does it on
+ * purpose. */
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "fmtest.h"
+
+static pthread_barrier_t step;
+static void *volatile blocks[2];
+
+/* B: frees what A allocated, each followed by a malloc of a size it never used (a refill,
+ * which sends its outbox to A's remote stack). */
+static void *thread_b(void *arg)
+{
+    size_t n = (size_t)(uintptr_t)arg;
+    pthread_barrier_wait(&step);   /* A allocated */
+    for (size_t i = 0; i < n; i++) {
+        free(blocks[i]);
+        void *q = malloc(fmt_opaque(2000 + 700 * i));
+        CHECK(q, "malloc failed");
+        __asm__ volatile("" : : "r"(q) : "memory");
+        free(q);
+    }
+    pthread_barrier_wait(&step);   /* freed */
+    pthread_barrier_wait(&step);   /* main looked */
+    return NULL;
+}
+
+/* A: allocates n blocks of 64 B, waits while B frees them, then mallocs a size it never used
+ * (a refill: it takes its remote stack home). */
+static void *thread_a(void *arg)
+{
+    size_t n = (size_t)(uintptr_t)arg;
+    for (size_t i = 0; i < n; i++) {
+        blocks[i] = malloc(fmt_opaque(64));
+        CHECK(blocks[i], "malloc failed");
+        memset(blocks[i], 0x5a, 64);
+    }
+    pthread_barrier_wait(&step);
+    pthread_barrier_wait(&step);
+    pthread_barrier_wait(&step);   /* main looked (and wrote) */
+    void *q = malloc(fmt_opaque(1500));
+    CHECK(q, "malloc failed");
+    free(q);
+    return NULL;
+}
+
+static uint64_t word(const void *p)
+{
+    uint64_t w;
+    memcpy(&w, (const void *)p, 8);
+    return w;
+}
+
+/* Runs A and B over n blocks; between B's frees and A's refill, look(blocks) runs in main. */
+static void run(size_t n, void (*look)(void))
+{
+    pthread_t a, b;
+    pthread_barrier_init(&step, NULL, 3);
+    CHECK(pthread_create(&a, NULL, thread_a, (void *)(uintptr_t)n) == 0, "pthread_create");
+    CHECK(pthread_create(&b, NULL, thread_b, (void *)(uintptr_t)n) == 0, "pthread_create");
+    pthread_barrier_wait(&step);
+    pthread_barrier_wait(&step);
+    look();
+    pthread_barrier_wait(&step);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    pthread_barrier_destroy(&step);
+}
+
+static uint64_t seen[2];
+
+static void look_key(void)
+{
+    seen[0] = word(blocks[0]) ^ (uintptr_t)blocks[0];
+    seen[1] = word(blocks[1]) ^ (uintptr_t)blocks[1] ^ (uintptr_t)blocks[0];
+}
+
+static void case_key(void)
+{
+    for (int round = 0; round < 20; round++) {
+        run(2, look_key);
+        CHECK(seen[0] != seen[1], "round %d: the words of two freed blocks on a remote stack give the same "
+              "value %#llx once their addresses are taken out: the links are mangled with a key alone",
+              round, (unsigned long long)seen[0]);
+    }
+    printf("ok key: 20 rounds, no two remote links give one value\n");
+}
+
+static void look_damage(void) { memset(blocks[0], 0, 8); }
+
+static void case_damaged(void)
+{
+    fflush(stdout);
+    int err[2];
+    CHECK(pipe(err) == 0, "pipe");
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        dup2(err[1], 2);
+        run(1, look_damage);
+        _exit(0);
+    }
+    close(err[1]);
+    char buf[512];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof buf - 1 && (r = read(err[0], buf + len, sizeof buf - 1 - len)) > 0)
+        len += (size_t)r;
+    buf[len] = 0;
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "the child was not stopped by abort() (status %#x), stderr: %s",
+          status, buf);
+    const char *want = "flatmalloc: a block freed by another thread was damaged (written after free)";
+    CHECK(strncmp(buf, want, strlen(want)) == 0 && strchr(buf, '\n') == buf + len - 1,
+          "stderr is not one line starting with \"%s\": %s", want, buf);
+    printf("ok damaged: %s", buf);
+}
+
+int main(int argc, char **argv)
+{
+    fmt_init("links", argc, argv);
+    const char *only = argc > 1 ? argv[1] : NULL;
+    if (!only || !strcmp(only, "key"))
+        case_key();
+    if (!only || !strcmp(only, "damaged"))
+        case_damaged();
+    return 0;
+}

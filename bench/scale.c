@@ -248,6 +248,7 @@ static inline void slot_free(const char *mode, struct slot *s)
 
 struct own_worker {
   _Alignas(CACHE_LINE) pthread_t th;
+  int xchg; /* xchg's worker: one step in eight goes through the shared table */
   struct slot *slots; /* mmap'ed per thread: no two threads' bookkeeping share a line */
   uint64_t rng;
   long steps;
@@ -257,29 +258,11 @@ struct own_worker {
 static struct own_worker *own_workers;
 static pthread_barrier_t own_barrier;
 
-static void *own_run(void *arg)
-{
-  struct own_worker *w = arg;
-  struct slot *s = w->slots;
-  uint64_t r = w->rng;
-  for (int i = 0; i < OWN_SLOTS; i++)
-    slot_fill(&s[i], rng_logsize(&r), rng_next(&r));
-  pthread_barrier_wait(&own_barrier);
-  w->t0 = now_s();
-  for (long k = 0; k < w->steps; k++) {
-    struct slot *v = &s[rng_below(&r, OWN_SLOTS)];
-    slot_free("own", v);
-    slot_fill(v, rng_logsize(&r), r);
-  }
-  w->t1 = now_s();
-  for (int i = 0; i < OWN_SLOTS; i++)
-    slot_free("own", &s[i]);
-  return NULL;
-}
+static void *own_run(void *arg);
 
 /* Starts t workers of `ops` calls each (per thread; --ops is divided among the threads past
  * 256, so that 4,000 threads do the work of 256), their slots outside the heap. */
-static void own_start(long t, long ops, void *(*run)(void *))
+static void own_start(long t, long ops, int xchg)
 {
   own_workers = outside((size_t)t * sizeof *own_workers);
   if (t > 256) {
@@ -292,7 +275,8 @@ static void own_start(long t, long ops, void *(*run)(void *))
     w->slots = outside(OWN_SLOTS * sizeof(struct slot));
     w->rng = seed * 1000003u + (uint64_t)i;
     w->steps = ops / 2 > 1 ? ops / 2 : 1;
-    start_thread(&w->th, run, w);
+    w->xchg = xchg;
+    start_thread(&w->th, own_run, w);
   }
 }
 
@@ -318,7 +302,7 @@ static void mode_own(void)
     fprintf(stderr, "scale own: --threads must be 1..%d\n", MAX_THREADS);
     exit(2);
   }
-  own_start(t, ops, own_run);
+  own_start(t, ops, 0);
   double calls, span = own_join(t, &calls);
   printf("own,t%ld_mops_per_s,%.3f\n", t, calls / span / 1e6);
   printf("own,t%ld_rss_kb,%ld\n", t, status_kb("VmRSS:"));
@@ -330,41 +314,47 @@ static void mode_own(void)
 #define XCHG_TABLE 4096
 static _Atomic(void *) xchg_table[XCHG_TABLE];
 
-static void *xchg_run(void *arg)
+/* A block goes to the table; the one it displaces (most likely another thread's) is checked
+ * and freed here. */
+static void xchg_put(struct slot *v, uint64_t x)
+{
+  tag_check("xchg", v->p, v->size, v->tag);
+  __builtin_memcpy((char *)v->p + 8, &v->size, 4);
+  void *q = atomic_exchange_explicit(&xchg_table[(x >> 8) % XCHG_TABLE], v->p, memory_order_acq_rel);
+  if (q) {
+    uint64_t tag;
+    uint32_t size;
+    __builtin_memcpy(&tag, q, 8);
+    __builtin_memcpy(&size, (char *)q + 8, 4);
+    /* (its last 8 bytes hold the tag only where they miss the size) */
+    tag_check("xchg", q, size >= 20 ? size : 8, tag);
+    free(q);
+  }
+}
+
+/* own's and xchg's worker: fill the slots, wait for the others, then free (or, for xchg, one
+ * step in eight, put in the table) a random slot's block and malloc a new one into it. */
+static void *own_run(void *arg)
 {
   struct own_worker *w = arg;
   struct slot *s = w->slots;
-  uint64_t r = w->rng;
+  const char *mode = w->xchg ? "xchg" : "own";
+  uint64_t r = w->rng, x;
   for (int i = 0; i < OWN_SLOTS; i++)
     slot_fill(&s[i], rng_logsize(&r), rng_next(&r));
   pthread_barrier_wait(&own_barrier);
   w->t0 = now_s();
   for (long k = 0; k < w->steps; k++) {
     struct slot *v = &s[rng_below(&r, OWN_SLOTS)];
-    uint64_t x = rng_next(&r);
-    if ((x & 7) == 0) {
-      /* the block goes to the table; the one it displaces (most likely another thread's) is
-       * checked and freed here */
-      tag_check("xchg", v->p, v->size, v->tag);
-      __builtin_memcpy((char *)v->p + 8, &v->size, 4);
-      void *q = atomic_exchange_explicit(&xchg_table[(x >> 8) % XCHG_TABLE], v->p, memory_order_acq_rel);
-      if (q) {
-        uint64_t tag;
-        uint32_t size;
-        __builtin_memcpy(&tag, q, 8);
-        __builtin_memcpy(&size, (char *)q + 8, 4);
-        /* (its last 8 bytes hold the tag only where they miss the size) */
-        tag_check("xchg", q, size >= 20 ? size : 8, tag);
-        free(q);
-      }
-    } else {
-      slot_free("xchg", v);
-    }
+    if (w->xchg && ((x = rng_next(&r)) & 7) == 0)
+      xchg_put(v, x);
+    else
+      slot_free(mode, v);
     slot_fill(v, rng_logsize(&r), r);
   }
   w->t1 = now_s();
   for (int i = 0; i < OWN_SLOTS; i++)
-    slot_free("xchg", &s[i]);
+    slot_free(mode, &s[i]);
   return NULL;
 }
 
@@ -376,7 +366,7 @@ static void mode_xchg(void)
     fprintf(stderr, "scale xchg: --threads must be 1..%d\n", MAX_THREADS);
     exit(2);
   }
-  own_start(t, ops, xchg_run);
+  own_start(t, ops, 1);
   double calls, span = own_join(t, &calls);
   for (int i = 0; i < XCHG_TABLE; i++) {
     void *q = atomic_exchange(&xchg_table[i], NULL);

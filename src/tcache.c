@@ -17,6 +17,9 @@ struct fm_tcache fm_tc_empty = {.tag = ST_LIVE, .own = ST_NONE};
 __thread struct fm_tcache *fm_tc __attribute__((tls_model("initial-exec"))) = &fm_tc_empty;
 
 static pthread_key_t tcache_key;
+/* The thread's cache went back at its exit: what other destructors allocate or free after that
+ * works on the classes directly, rather than take a cache no destructor would give back. */
+static __thread bool tcache_gone __attribute__((tls_model("initial-exec")));
 
 #ifdef FM_COUNTERS
 #include "fmt.h"
@@ -310,6 +313,7 @@ static void cache_free(struct fm_tcache *tc) {
 static void tcache_exit(void *v) {
   struct fm_tcache *tc = v;
   fm_tc = &fm_tc_empty;
+  tcache_gone = true;
   outbox_flush(tc);
   for (unsigned c = 0; c < fm_pool.nclass; c++) bin_resize(tc, c, 0);
   atomic_fetch_sub_explicit(&fm_pool.caches_live, 1, memory_order_relaxed);
@@ -338,7 +342,7 @@ static struct fm_tcache *tcache_attach(void) {
 
 static struct fm_tcache *tcache_mine(void) {
   struct fm_tcache *tc = fm_tc;
-  if (tc == &fm_tc_empty && !(tc = tcache_attach())) tc = &fm_tc_empty;
+  if (tc == &fm_tc_empty && (tcache_gone || !(tc = tcache_attach()))) tc = &fm_tc_empty;
   return tc;
 }
 

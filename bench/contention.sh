@@ -46,7 +46,7 @@ allocs=(glibc jemalloc tcmalloc mimalloc flatmalloc)
 
 out=$fm_top/bench/results/contention-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
-echo "rep,threads,mode,allocator,mops,rss_kb" >"$out/raw.csv"
+echo "rep,threads,mode,allocator,mops,rss_kb,hwm_kb" >"$out/raw.csv"
 { uptime; nproc; } >"$out/machine.txt"
 echo "contention: load $(cut -d' ' -f1-3 /proc/loadavg), results in $out" >&2
 
@@ -57,7 +57,8 @@ for r in $(seq 1 "$reps"); do
         res=$(env ${LIB[$a]:+LD_PRELOAD=${LIB[$a]}} timeout 120 "$fm_build/bench/scale" "$mode" --threads "$t" --ops "$ops" 2>/dev/null) || res=''
         mops=$(sed -n "s/^$mode,t${t}_mops_per_s,//p" <<<"$res")
         rss=$(sed -n "s/^$mode,t${t}_rss_kb,//p" <<<"$res")
-        echo "$r,$t,$mode,$a,${mops:-},${rss:-}" >>"$out/raw.csv"
+        hwm=$(sed -n "s/^$mode,t${t}_hwm_kb,//p" <<<"$res")
+        echo "$r,$t,$mode,$a,${mops:-},${rss:-},${hwm:-}" >>"$out/raw.csv"
       done
     done
   done
@@ -93,11 +94,13 @@ for t, m in keys:
     low = "%.2f" % (min(fl) / statistics.median(fl)) if fl else "-"
     print("| %d | %s | " % (t, m) + " | ".join("%.1f" % ms[a] if ms[a] else "-" for a in allocs) + " | %s | %s |" % (ratio, low))
 print()
-print("VmRSS after the run (KiB), median")
-print("| threads | mode | " + " | ".join(allocs) + " |")
-print("|---|---|" + "---|" * len(allocs))
+print("Peak RSS (VmHWM) / RSS after the threads exited, MiB, medians; flatmalloc's peak over glibc's")
+print("| threads | mode | " + " | ".join(allocs) + " | flat / glibc peak |")
+print("|---|---|" + "---|" * len(allocs) + "---|")
 for t, m in keys:
-    print("| %d | %s | " % (t, m) + " | ".join("%.0f" % v if (v := med(t, m, a, "rss_kb")) else "-" for a in allocs) + " |")
+    cell = lambda a: "%.0f / %.0f" % (med(t, m, a, "hwm_kb") / 1024, med(t, m, a, "rss_kb") / 1024) if med(t, m, a, "hwm_kb") else "-"
+    g, f = med(t, m, "glibc", "hwm_kb") if "glibc" in allocs else None, med(t, m, "flatmalloc", "hwm_kb")
+    print("| %d | %s | " % (t, m) + " | ".join(cell(a) for a in allocs) + " | %s |" % ("%.2f" % (f / g) if g and f else "-"))
 print()
 print("flatmalloc, instrumented build, per million calls")
 print("| threads | mode | shared-lock acquisitions | waits | atomic RMWs on shared lines |")

@@ -45,7 +45,8 @@
  *   xchg       as own (--threads T, 1-10,000), but one step in eight puts the slot's block into a
  *              table of 4,096 entries shared by all threads instead of freeing it, and frees the
  *              block it displaces (another thread's, mostly), its size and tag read from it:
- *              xchg,tT_mops_per_s, and VmRSS after the run: xchg,tT_rss_kb (own prints it too).
+ *              xchg,tT_mops_per_s, and VmRSS after the run and its peak: xchg,tT_rss_kb and
+ *              xchg,tT_hwm_kb (own prints both too).
  *              Past 256 threads --ops is shared out (each thread does ops * 256 / T calls) and
  *              the threads get 256 KiB stacks.
  *   idle       1,000 threads created one after another; each, when created, allocates 400
@@ -306,6 +307,7 @@ static void mode_own(void)
   double calls, span = own_join(t, &calls);
   printf("own,t%ld_mops_per_s,%.3f\n", t, calls / span / 1e6);
   printf("own,t%ld_rss_kb,%ld\n", t, status_kb("VmRSS:"));
+  printf("own,t%ld_hwm_kb,%ld\n", t, status_kb("VmHWM:"));
 }
 
 /* ---------- xchg: own working sets, one block in eight freed by another thread ---------- */
@@ -374,6 +376,7 @@ static void mode_xchg(void)
   }
   printf("xchg,t%ld_mops_per_s,%.3f\n", t, calls / span / 1e6);
   printf("xchg,t%ld_rss_kb,%ld\n", t, status_kb("VmRSS:"));
+  printf("xchg,t%ld_hwm_kb,%ld\n", t, status_kb("VmHWM:"));
 }
 
 /* ---------- batch: N mallocs of one size, then N frees ---------- */

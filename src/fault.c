@@ -35,7 +35,8 @@ void fault_stop(const char *what, const void *p, int cls) {
 void fault_bad(enum fault_call call, enum fault_kind kind, const void *p, int cls) {
   static const char *const name[] = {[CALL_FREE] = "free", [CALL_REALLOC] = "realloc", [CALL_USABLE] = "malloc_usable_size"};
   static const char *const what[] = {[FAULT_FREED] = " of a freed block", [FAULT_FOREIGN] = " of a pointer not allocated by flatmalloc",
-                                     [FAULT_INTERIOR] = " of an interior pointer", [FAULT_MISALIGNED] = " of a misaligned pointer"};
+                                     [FAULT_INTERIOR] = " of an interior pointer", [FAULT_MISALIGNED] = " of a misaligned pointer",
+                                     [FAULT_ARENA] = " of an arena allocation"};
   char text[64];
   struct fmt f = {text, sizeof text, 0};
   if (call == CALL_FREE && kind == FAULT_FREED) {

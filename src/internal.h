@@ -33,7 +33,7 @@ hidden cold __attribute__((noreturn)) void fault_stop(const char *what, const vo
 /* A bad pointer handed to a call: the line names the call and what the pointer is ("double
  * free", "realloc of a freed block", "malloc_usable_size of an interior pointer", ...). */
 enum fault_call { CALL_FREE, CALL_REALLOC, CALL_USABLE };
-enum fault_kind { FAULT_FREED, FAULT_FOREIGN, FAULT_INTERIOR, FAULT_MISALIGNED };
+enum fault_kind { FAULT_FREED, FAULT_FOREIGN, FAULT_INTERIOR, FAULT_MISALIGNED, FAULT_ARENA };
 hidden cold __attribute__((noreturn)) void fault_bad(enum fault_call call, enum fault_kind kind, const void *p, int cls);
 
 /* options.c */
@@ -45,6 +45,7 @@ hidden void options_check_room(const struct fm_options *o, uint32_t heap_chunks)
 hidden void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t retain_bytes);
 hidden int64_t span_alloc(uint32_t len, unsigned owner, bool large);   /* first chunk, or -1 */
 hidden int64_t span_alloc_aligned(uint32_t len, size_t align);
+hidden int64_t span_alloc_arena(uint32_t len);   /* a RUN_ARENA run (arena.c), owned as the large area */
 hidden void span_free(uint32_t i);
 hidden bool span_resize(uint32_t i, uint32_t len);
 hidden int span_kind_at(uint32_t i);   /* RUN_* of the run holding chunk i; 0: above top or unknown */
@@ -103,6 +104,11 @@ hidden bool block_reads_zero(const void *p, size_t n);   /* calloc: a ZERO block
 hidden size_t block_usable(const void *p, enum fault_call call);   /* validated: stops naming call */
 hidden void *block_alloc_direct(size_t size);   /* native code (check.c): its own cache, no errno */
 hidden bool block_free_direct(void *p);         /* native code: false for a bad pointer, no stop */
+
+/* arena.c: arenas (flatmalloc_arena_*), on the API's floor: span.c's runs, heap.c's sampling,
+ * check.c's canary */
+struct arena_totals { uint64_t live, made, held, held_peak, taken, given, resets; };
+hidden void arena_totals(struct arena_totals *t);
 
 /* pool.c: start-up and the bootstrap buffer */
 hidden bool pool_init(void);          /* false: use the bootstrap buffer for now */

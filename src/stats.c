@@ -78,8 +78,19 @@ void flatmalloc_stats_print(void) {
   }
   struct span_stats ss;
   span_stats(&ss);
+  struct arena_totals at;
+  arena_totals(&at);
   line_start(&f, pid);
-  field(&f, "large in_use=", ss.large_held);
+  field(&f, "large in_use=", ss.large_held > at.held ? ss.large_held - at.held : 0);
+  line_flush(&f);
+  line_start(&f, pid);
+  field(&f, "arenas live=", at.live);
+  field(&f, " created=", at.made);
+  field(&f, " held=", at.held);
+  field(&f, " peak=", at.held_peak);
+  field(&f, " runs_taken=", at.taken);
+  field(&f, " runs_given=", at.given);
+  field(&f, " resets=", at.resets);
   line_flush(&f);
   line_start(&f, pid);
   field(&f, "pool reserved=", fm_pool.size);
@@ -123,7 +134,16 @@ size_t flatmalloc_stats_json(char *buf, size_t size) {
     for (unsigned i = 0; i < sizeof vals / sizeof vals[0]; i++) field(&f, keys[i], vals[i]);
     fmt_str(&f, "}");
   }
-  field(&f, "],\"large\":{\"in_use\":", ss.large_held);
+  struct arena_totals at;
+  arena_totals(&at);
+  field(&f, "],\"large\":{\"in_use\":", ss.large_held > at.held ? ss.large_held - at.held : 0);
+  field(&f, "},\"arenas\":{\"live\":", at.live);
+  field(&f, ",\"created\":", at.made);
+  field(&f, ",\"held\":", at.held);
+  field(&f, ",\"peak\":", at.held_peak);
+  field(&f, ",\"runs_taken\":", at.taken);
+  field(&f, ",\"runs_given\":", at.given);
+  field(&f, ",\"resets\":", at.resets);
   fmt_str(&f, "}}");
   return fmt_end(&f);
 }

@@ -131,7 +131,7 @@ static inline int st_live(unsigned s) { return s >= ST_LIVE && s != ST_NONE; }
  * those accesses are relaxed atomics (plain moves on x86). */
 static inline fm_st st_load(const fm_st *s) { return __atomic_load_n(s, __ATOMIC_RELAXED); }
 static inline void st_store(fm_st *s, fm_st v) { __atomic_store_n(s, v, __ATOMIC_RELAXED); }
-enum { RUN_FREE = 1, RUN_SPAN = 2, RUN_LARGE = 3 };    /* struct fm_run's kind */
+enum { RUN_FREE = 1, RUN_SPAN = 2, RUN_LARGE = 3, RUN_ARENA = 4 };    /* struct fm_run's kind */
 enum { RUN_DIRTY = 1 };                                 /* struct fm_run's flags */
 
 _Static_assert(FM_CLASS_MAX < 255, "class ids + 1 fit in the page map's byte");
@@ -221,11 +221,11 @@ struct fm_class {
  * its last. A span keeps its free-word summary in the record of its second chunk. */
 struct fm_run {
   uint32_t len;        /* chunks in the run */
-  uint8_t kind;        /* RUN_FREE, RUN_SPAN, RUN_LARGE */
+  uint8_t kind;        /* RUN_FREE, RUN_SPAN, RUN_LARGE, RUN_ARENA */
   uint8_t cls;
   uint16_t flags;      /* spans: RUN_DIRTY when a chunk held pages at the span's making */
   uint32_t head;       /* in a run's last chunk: index of its first */
-  uint32_t next, prev; /* free runs: TLSF list; spans: bucket list (chunk index + 1) */
+  uint32_t next, prev; /* free runs: TLSF list; spans: bucket list; arena runs: chain (chunk index + 1) */
   uint32_t older, newer;  /* free runs with pages: the release FIFO (chunk index + 1) */
   uint32_t dirty;      /* free runs: chunks that may hold pages */
   uint32_t nfree;      /* spans: blocks in state FREE */

@@ -106,7 +106,7 @@ static uint32_t hdr_magic(const struct arena_hdr *h) { return (uint32_t)fm_pool.
 
 /* The first byte a slab hands out: after the arena itself in the first slab. */
 static uintptr_t slab_start(const flatmalloc_arena *a, uint32_t i) {
-  return i == a->first ? align_up((uintptr_t)a + sizeof *a, 64) : chunk_addr(i);
+  return i == a->first ? align_up((uintptr_t)a + sizeof *a + ARENA_REDZONE, 64) : chunk_addr(i);
 }
 
 /* ---- runs -------------------------------------------------------------------------------- */
@@ -127,13 +127,15 @@ static int64_t run_take(size_t bytes) {
   return span_alloc_arena((uint32_t)n);
 }
 
+/* Gives run i back (last of all the first slab, which holds the arena itself). */
 static void run_give(flatmalloc_arena *a, uint32_t i) {
   size_t bytes = run_bytes(i);
-  if (a->pool) VALGRIND_MAKE_MEM_NOACCESS((void *)chunk_addr(i), bytes);
-  span_free(i);
+  bool pool = a->pool;
   atomic_fetch_sub_explicit(&T.held, bytes, memory_order_relaxed);
   a->given++;
   atomic_fetch_add_explicit(&T.given, 1, memory_order_relaxed);
+  if (pool) VALGRIND_MAKE_MEM_NOACCESS((void *)chunk_addr(i), bytes);
+  span_free(i);
 }
 
 static void slab_use(flatmalloc_arena *a, uint32_t i) {
@@ -324,7 +326,7 @@ flatmalloc_arena *flatmalloc_arena_create(size_t keep) {
   a->slow = a->checked || fm_pool.valgrind || heap_on;
   a->magic = magic_of(a);
   span_rec((uint32_t)i)->next = 0;
-  if (pool) VALGRIND_CREATE_MEMPOOL(a, 0, 0);
+  if (pool) VALGRIND_CREATE_MEMPOOL(a, ARENA_REDZONE, 0);   /* memcheck names an overrun "after a block" */
   slab_use(a, (uint32_t)i);
   if (a->checked) end_mark(a);
   held_add(a, a->chain);
@@ -399,8 +401,8 @@ void flatmalloc_arena_destroy(flatmalloc_arena *a) {
   }
   if (a->pool) VALGRIND_DESTROY_MEMPOOL(a);
   a->magic = 0;
-  run_give(a, first);
   atomic_fetch_sub_explicit(&T.live, 1, memory_order_relaxed);
+  run_give(a, first);
 }
 
 /* ---- statistics -------------------------------------------------------------------------- */

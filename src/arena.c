@@ -48,7 +48,7 @@
 #define ARENA_SLAB_MIN (64u << 10)       /* the first slab, as mskql's */
 #define ARENA_SLAB_MAX (1u << 20)        /* slabs double up to this */
 #define ARENA_BIG (ARENA_SLAB_MAX / 4)   /* a request of more gets a run of its own */
-#define ARENA_ALIGN_MAX ((size_t)1 << 20)
+#define ARENA_ALIGN_MAX ((size_t)1 << 20)  /* also flatmalloc_arena_bump's */
 #define ARENA_KEEP_DEFAULT ((size_t)4 << 20)
 #define ARENA_REDZONE 16u                /* Valgrind: no-access bytes after each allocation */
 #define ARENA_FILL 0xa5                  /* checking mode: what a reset leaves in old contents */
@@ -56,7 +56,8 @@
 #define ARENA_MAGIC 0xa7e4a5b1u
 
 struct flatmalloc_arena {
-  uintptr_t bump, end;   /* the current slab's next free byte and its end; end 0: slow path */
+  struct flatmalloc_arena_cursor pos;   /* first (flatmalloc.h): the current slab's next free byte
+                                           and its end; end 0 sends every call to the slow path */
   uintptr_t limit;       /* the current slab's end, always */
   uint32_t cur, first;   /* chunk index of the current and the first slab */
   uint32_t kept;         /* the last slab within the cap (chain order) */
@@ -120,11 +121,15 @@ static void held_add(flatmalloc_arena *a, size_t bytes) {
   atomic_fetch_add_explicit(&T.taken, 1, memory_order_relaxed);
 }
 
-/* A run of at least bytes, or -1. */
-static int64_t run_take(size_t bytes) {
+/* A run of at least bytes, or -1. Under a Valgrind tool the heap is no-access until handed
+ * out: memcheck's mempool makes each allocation accessible, and otherwise (checking mode
+ * under a tool writes headers and canaries) the whole run is opened. */
+static int64_t run_take(size_t bytes, bool open) {
   size_t n = (bytes + chunk_bytes() - 1) >> fm_pool.chunk_shift;
   if (bytes > fm_pool.heap_size || n >= UINT32_MAX) return -1;
-  return span_alloc_arena((uint32_t)n);
+  int64_t i = span_alloc_arena((uint32_t)n);
+  if (i >= 0 && open) VALGRIND_MAKE_MEM_UNDEFINED((void *)chunk_addr((uint32_t)i), n << fm_pool.chunk_shift);
+  return i;
 }
 
 /* Gives run i back (last of all the first slab, which holds the arena itself). */
@@ -140,9 +145,9 @@ static void run_give(flatmalloc_arena *a, uint32_t i) {
 
 static void slab_use(flatmalloc_arena *a, uint32_t i) {
   a->cur = i;
-  a->bump = slab_start(a, i);
+  a->pos.bump = slab_start(a, i);
   a->limit = run_end(i);
-  a->end = a->slow ? 0 : a->limit;
+  a->pos.end = a->slow ? 0 : a->limit;
 }
 
 /* Appends a new slab that holds need bytes after its start; false when the pool has none. */
@@ -150,7 +155,7 @@ static bool slab_add(flatmalloc_arena *a, size_t need) {
   size_t size = run_bytes(a->last) * 2;
   if (size > ARENA_SLAB_MAX) size = ARENA_SLAB_MAX;
   if (size < need) size = need;
-  int64_t i = run_take(size);
+  int64_t i = run_take(size, fm_pool.valgrind && !a->pool);
   if (i < 0) return false;
   uint32_t prev = a->last;
   span_rec(a->last)->next = (uint32_t)i + 1;
@@ -175,7 +180,7 @@ static void user_leave(flatmalloc_arena *a) { atomic_store_explicit(&a->user, 0,
 
 /* Marks the end of the used part of the current slab (when a header fits before its end). */
 static void end_mark(flatmalloc_arena *a) {
-  uintptr_t at = align_up(a->bump, FM_ALIGN);
+  uintptr_t at = align_up(a->pos.bump, FM_ALIGN);
   if (at + sizeof(struct arena_hdr) > a->limit) return;
   struct arena_hdr *h = (struct arena_hdr *)at;
   *h = (struct arena_hdr){ARENA_END, 0, hdr_magic(h)};
@@ -202,7 +207,7 @@ static void run_check(const flatmalloc_arena *a, uint32_t i, uintptr_t to) { use
 static void *big_alloc(flatmalloc_arena *a, size_t size, size_t align, size_t lead) {
   size_t need;
   if (__builtin_add_overflow(size, lead + align + CANARY_MIN + ARENA_REDZONE, &need)) return NULL;
-  int64_t i = run_take(need);
+  int64_t i = run_take(need, fm_pool.valgrind && !a->pool);
   if (i < 0) return NULL;
   span_rec((uint32_t)i)->next = a->big;
   a->big = (uint32_t)i + 1;
@@ -215,10 +220,10 @@ static void *big_alloc(flatmalloc_arena *a, size_t size, size_t align, size_t le
  * next ones kept from earlier rounds, or a new one; false when the pool has no run. */
 static bool slab_room(flatmalloc_arena *a, size_t size, size_t align, size_t lead, size_t tail) {
   for (;;) {
-    uintptr_t p = align_up(a->bump + lead, align);
+    uintptr_t p = align_up(a->pos.bump + lead, align);
     if (p + size + tail <= a->limit) return true;
     if (a->checked) end_mark(a);
-    a->before += a->bump - slab_start(a, a->cur);
+    a->before += a->pos.bump - slab_start(a, a->cur);
     uint32_t next = span_rec(a->cur)->next;
     if (!next) {
       if (!slab_add(a, align_up(lead, align) + size + tail + align)) return false;
@@ -237,7 +242,9 @@ static noinline void *arena_alloc_slow(flatmalloc_arena *a, size_t size, size_t 
   if (a->checked) user_enter(a);
   if (!size) size = 1;
   if (align < FM_ALIGN && a->checked) align = FM_ALIGN;
-  size_t lead = a->checked ? sizeof(struct arena_hdr) : 0;
+  /* memcheck makes a chunk's red zones no-access on both sides when it is trimmed: the lead
+   * keeps the one before the first chunk of a run inside the run */
+  size_t lead = a->checked ? sizeof(struct arena_hdr) : a->pool ? ARENA_REDZONE : 0;
   size_t tail = a->checked ? CANARY_MIN : a->pool ? ARENA_REDZONE : 0;
   uint32_t stack = heap_on && !a->checked ? heap_arena_sample(size) : 0;
   uint8_t *p;
@@ -246,9 +253,9 @@ static noinline void *arena_alloc_slow(flatmalloc_arena *a, size_t size, size_t 
     p = big_alloc(a, size, align, lead);
     if (p) at = chunk_addr(a->big - 1);
   } else if (slab_room(a, size, align, lead, tail)) {
-    at = a->bump;
-    p = (uint8_t *)align_up(a->bump + lead, align);
-    a->bump = (uintptr_t)p + size;
+    at = a->pos.bump;
+    p = (uint8_t *)align_up(a->pos.bump + lead, align);
+    a->pos.bump = (uintptr_t)p + size;
   } else {
     p = NULL;
   }
@@ -263,8 +270,8 @@ static noinline void *arena_alloc_slow(flatmalloc_arena *a, size_t size, size_t 
     *h = (struct arena_hdr){size, (uint32_t)((uintptr_t)p - at), hdr_magic(h)};
     uint8_t *end = (uint8_t *)align_up((uintptr_t)p + size + CANARY_MIN, FM_ALIGN);
     check_canary_fill(p, size, end);
-    if (a->bump == (uintptr_t)p + size) {
-      a->bump = (uintptr_t)end;
+    if (a->pos.bump == (uintptr_t)p + size) {
+      a->pos.bump = (uintptr_t)end;
       end_mark(a);
     } else {
       struct arena_hdr *e = (struct arena_hdr *)end;   /* an own run: ends after its allocation */
@@ -272,13 +279,13 @@ static noinline void *arena_alloc_slow(flatmalloc_arena *a, size_t size, size_t 
     }
     user_leave(a);
   } else if (a->pool) {
-    if (a->bump == (uintptr_t)p + size) a->bump += ARENA_REDZONE;
+    if (a->pos.bump == (uintptr_t)p + size) a->pos.bump += ARENA_REDZONE;
     VALGRIND_MEMPOOL_ALLOC(a, p, size);
   }
   if (stack) {   /* recorded in the arena itself (the profiler is off in checking mode and under Valgrind) */
-    struct arena_sample *s = slab_room(a, sizeof *s, FM_ALIGN, 0, 0) ? (struct arena_sample *)align_up(a->bump, FM_ALIGN) : NULL;
+    struct arena_sample *s = slab_room(a, sizeof *s, FM_ALIGN, 0, 0) ? (struct arena_sample *)align_up(a->pos.bump, FM_ALIGN) : NULL;
     if (s) {
-      a->bump = (uintptr_t)(s + 1);
+      a->pos.bump = (uintptr_t)(s + 1);
       *s = (struct arena_sample){a->samples, size, stack};
       a->samples = s;
     } else {
@@ -289,12 +296,8 @@ static noinline void *arena_alloc_slow(flatmalloc_arena *a, size_t size, size_t 
 }
 
 void *flatmalloc_arena_alloc(flatmalloc_arena *a, size_t size, size_t align) {
-  uintptr_t p = (a->bump + align - 1) & ~(uintptr_t)(align - 1), e = p + size;
-  if (likely(e <= a->end && e >= p && align - 1 < ARENA_ALIGN_MAX && !(align & (align - 1)))) {
-    a->bump = e + !size;
-    return (void *)p;
-  }
-  return arena_alloc_slow(a, size, align);
+  void *p = flatmalloc_arena_bump(&a->pos, size, align);
+  return likely(p) ? p : arena_alloc_slow(a, size, align);
 }
 
 void *flatmalloc_arena_calloc(flatmalloc_arena *a, size_t count, size_t size, size_t align) {
@@ -313,7 +316,7 @@ flatmalloc_arena *flatmalloc_arena_create(size_t keep) {
     errno = ENOMEM;
     return NULL;
   }
-  int64_t i = run_take(ARENA_SLAB_MIN);
+  int64_t i = run_take(ARENA_SLAB_MIN, fm_pool.valgrind && fm_pool.opt.check);
   if (i < 0) {
     errno = ENOMEM;
     return NULL;
@@ -322,11 +325,11 @@ flatmalloc_arena *flatmalloc_arena_create(size_t keep) {
   bool pool = fm_pool.valgrind && vg_running == VG_MEMCHECK;
   if (pool) VALGRIND_MAKE_MEM_UNDEFINED(a, sizeof *a);
   *a = (flatmalloc_arena){.first = (uint32_t)i, .kept = (uint32_t)i, .last = (uint32_t)i, .keep = keep ? keep : ARENA_KEEP_DEFAULT,
-                          .checked = fm_pool.opt.check, .pool = pool, .chain = run_bytes((uint32_t)i)};
+                          .checked = fm_pool.opt.check, .pool = pool && !fm_pool.opt.check, .chain = run_bytes((uint32_t)i)};
   a->slow = a->checked || fm_pool.valgrind || heap_on;
   a->magic = magic_of(a);
   span_rec((uint32_t)i)->next = 0;
-  if (pool) VALGRIND_CREATE_MEMPOOL(a, ARENA_REDZONE, 0);   /* memcheck names an overrun "after a block" */
+  if (a->pool) VALGRIND_CREATE_MEMPOOL(a, ARENA_REDZONE, 0);   /* memcheck names an overrun "after a block" */
   slab_use(a, (uint32_t)i);
   if (a->checked) end_mark(a);
   held_add(a, a->chain);
@@ -337,12 +340,13 @@ flatmalloc_arena *flatmalloc_arena_create(size_t keep) {
 
 static void arena_verify(const flatmalloc_arena *a, const char *what) {
   uintptr_t off = (uintptr_t)a - fm_pool.heap_base;
-  if (!a || off >= fm_pool.heap_size || off & (chunk_bytes() - 1) || span_kind_at((uint32_t)(off >> fm_pool.chunk_shift)) != RUN_ARENA ||
+  /* a record in the middle of a run may be stale: the magic tells an arena from its remains */
+  if (!a || off >= fm_pool.heap_size || off & (chunk_bytes() - 1) || span_rec((uint32_t)(off >> fm_pool.chunk_shift))->kind != RUN_ARENA ||
       a->magic != magic_of(a))
     arena_fault(what, a);
 }
 
-static size_t used_now(const flatmalloc_arena *a) { return a->before + (a->bump - slab_start(a, a->cur)); }
+static size_t used_now(const flatmalloc_arena *a) { return a->before + (a->pos.bump - slab_start(a, a->cur)); }
 
 /* Gives back the own runs and, checked, checks them. */
 static void big_give(flatmalloc_arena *a) {
@@ -361,7 +365,7 @@ void flatmalloc_arena_reset(flatmalloc_arena *a) {
   if (a->checked) {
     user_enter(a);
     for (uint32_t i = a->first;; i = span_rec(i)->next - 1) {   /* the slabs used this round */
-      run_check(a, i, i == a->cur ? align_up(a->bump, FM_ALIGN) : run_end(i));
+      run_check(a, i, i == a->cur ? align_up(a->pos.bump, FM_ALIGN) : run_end(i));
       if (i == a->cur) break;
     }
   }

@@ -7,6 +7,7 @@
 #define FLATMALLOC_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <malloc.h>
 
 #ifdef __cplusplus
@@ -68,6 +69,27 @@ FLATMALLOC_API flatmalloc_arena *flatmalloc_arena_create(size_t keep);
 FLATMALLOC_API void *flatmalloc_arena_alloc(flatmalloc_arena *arena, size_t size, size_t align);
 /* count * size bytes, zeroed; NULL with ENOMEM also when the product overflows. */
 FLATMALLOC_API void *flatmalloc_arena_calloc(flatmalloc_arena *arena, size_t count, size_t size, size_t align);
+/* The arena's first member (the rest is private): the next free byte of its current slab and
+ * the slab's end, 0 when every allocation must take the library's call (checking mode,
+ * Valgrind, the heap profiler). flatmalloc_arena_alloc_inline bumps it in the caller. */
+struct flatmalloc_arena_cursor {
+  uintptr_t bump, end;
+};
+/* The bump alone: NULL when the current slab has no room (or the alignment is bad). */
+static inline void *flatmalloc_arena_bump(struct flatmalloc_arena_cursor *c, size_t size, size_t align) {
+  uintptr_t p = (c->bump + align - 1) & ~(uintptr_t)(align - 1), e = p + size;
+  if (__builtin_expect(e <= c->end && e > p && align - 1 < ((size_t)1 << 20) && !(align & (align - 1)), 1)) {
+    c->bump = e;
+    return (void *)p;
+  }
+  return NULL;
+}
+/* flatmalloc_arena_alloc with its common case inlined in the caller (the parser write-up's
+ * allocator and the C++ header use it). */
+static inline void *flatmalloc_arena_alloc_inline(flatmalloc_arena *arena, size_t size, size_t align) {
+  void *p = flatmalloc_arena_bump((struct flatmalloc_arena_cursor *)(void *)arena, size, align);
+  return __builtin_expect(p != NULL, 1) ? p : flatmalloc_arena_alloc(arena, size, align);
+}
 /* Releases every allocation: the next allocation of the same size returns the arena's first
  * address again. */
 FLATMALLOC_API void flatmalloc_arena_reset(flatmalloc_arena *arena);

@@ -41,7 +41,7 @@ class arena_resource : public std::pmr::memory_resource {
 
  private:
   void *do_allocate(std::size_t bytes, std::size_t align) override {
-    void *p = flatmalloc_arena_alloc(arena_, bytes, align);
+    void *p = flatmalloc_arena_alloc_inline(arena_, bytes, align);
     if (!p) throw std::bad_alloc();
     return p;
   }
@@ -61,7 +61,7 @@ class arena_allocator {
   arena_allocator(const arena_allocator<U> &o) noexcept : r_(o.resource()) {}
   T *allocate(std::size_t n) {
     if (n > static_cast<std::size_t>(-1) / sizeof(T)) throw std::bad_array_new_length();
-    void *p = flatmalloc_arena_alloc(r_->get(), n * sizeof(T), alignof(T));
+    void *p = flatmalloc_arena_alloc_inline(r_->get(), n * sizeof(T), alignof(T));
     if (!p) throw std::bad_alloc();
     return static_cast<T *>(p);
   }

@@ -51,6 +51,19 @@ static void field(struct fmt *f, const char *name, uint64_t v) {
   fmt_u64(f, v, 0);
 }
 
+/* All arenas' totals, each as `before name after value` (the first with `first` for before):
+ * the report's form and the JSON's. */
+static void arena_fields(struct fmt *f, const struct arena_totals *t, const char *first, const char *before, const char *after) {
+  static const char *const names[] = {"live", "created", "held", "peak", "runs_taken", "runs_given", "resets"};
+  const uint64_t vals[] = {t->live, t->made, t->held, t->held_peak, t->taken, t->given, t->resets};
+  for (unsigned i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+    fmt_str(f, i ? before : first);
+    fmt_str(f, names[i]);
+    fmt_str(f, after);
+    fmt_u64(f, vals[i], 0);
+  }
+}
+
 void flatmalloc_stats_print(void) {
   if (!pool_ready()) return;
   char buf[256];
@@ -84,13 +97,8 @@ void flatmalloc_stats_print(void) {
   field(&f, "large in_use=", ss.large_held > at.held ? ss.large_held - at.held : 0);
   line_flush(&f);
   line_start(&f, pid);
-  field(&f, "arenas live=", at.live);
-  field(&f, " created=", at.made);
-  field(&f, " held=", at.held);
-  field(&f, " peak=", at.held_peak);
-  field(&f, " runs_taken=", at.taken);
-  field(&f, " runs_given=", at.given);
-  field(&f, " resets=", at.resets);
+  fmt_str(&f, "arenas");
+  arena_fields(&f, &at, " ", " ", "=");
   line_flush(&f);
   line_start(&f, pid);
   field(&f, "pool reserved=", fm_pool.size);
@@ -137,13 +145,8 @@ size_t flatmalloc_stats_json(char *buf, size_t size) {
   struct arena_totals at;
   arena_totals(&at);
   field(&f, "],\"large\":{\"in_use\":", ss.large_held > at.held ? ss.large_held - at.held : 0);
-  field(&f, "},\"arenas\":{\"live\":", at.live);
-  field(&f, ",\"created\":", at.made);
-  field(&f, ",\"held\":", at.held);
-  field(&f, ",\"peak\":", at.held_peak);
-  field(&f, ",\"runs_taken\":", at.taken);
-  field(&f, ",\"runs_given\":", at.given);
-  field(&f, ",\"resets\":", at.resets);
+  fmt_str(&f, "},\"arenas\":{");
+  arena_fields(&f, &at, "\"", ",\"", "\":");
   fmt_str(&f, "}}");
   return fmt_end(&f);
 }

@@ -66,11 +66,20 @@
  * LARGE BLOCK (large.c). A request above the largest class is a run of its own: the block
  * starts on a chunk boundary, its size and state are in the run record, never beside it.
  *
+ * ARENA (arena.c). For programs that link flatmalloc: bump allocation through slabs, each a
+ * run of kind RUN_ARENA taken from the heap as a large block is (64 KiB doubling to 1 MiB;
+ * an allocation above 256 KiB is a run of its own). The slabs are chained in their run
+ * records, the arena's own struct opens the first one. A reset rewinds to the first slab in
+ * O(1) and keeps the chain up to the arena's cap, giving back only the slabs over it and the
+ * runs of their own; a run given back is a free run like any other. Its chunks are in no
+ * span, so free() of an arena pointer fails the block test and stops in the slow path.
+ *
  * Memory flows: heap run -> span -> class buckets (or transfer cache) <-> thread cache <->
  * program, or heap run ->
- * large block -> program; and back: a span with no block out, or a freed large block, is a
- * free run again, and its pages go back to the system when the oldest free memory passes the
- * budget or on malloc_trim. */
+ * large block -> program, or heap run -> arena slab -> program; and back: a span with no block
+ * out, a freed large block, or an arena's slab over its cap at a reset, is a free run again,
+ * and its pages go back to the system when the oldest free memory passes the budget or on
+ * malloc_trim. */
 #ifndef FM_TYPES_H
 #define FM_TYPES_H
 

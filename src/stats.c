@@ -96,10 +96,12 @@ void flatmalloc_stats_print(void) {
   line_start(&f, pid);
   field(&f, "large in_use=", ss.large_held > at.held ? ss.large_held - at.held : 0);
   line_flush(&f);
-  line_start(&f, pid);
-  fmt_str(&f, "arenas");
-  arena_fields(&f, &at, " ", " ", "=");
-  line_flush(&f);
+  if (at.made) {   /* a program that made no arena gets the report it always had */
+    line_start(&f, pid);
+    fmt_str(&f, "arenas");
+    arena_fields(&f, &at, " ", " ", "=");
+    line_flush(&f);
+  }
   line_start(&f, pid);
   field(&f, "pool reserved=", fm_pool.size);
   field(&f, " in_use=", ss.used);

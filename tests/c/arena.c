@@ -325,8 +325,21 @@ int main(int argc, char **argv) {
     fill_after_reset();
   }
   char buf[1 << 14];
+  flatmalloc_arena *live = flatmalloc_arena_create(0);
   flatmalloc_stats_json(buf, sizeof buf);
-  CHECK(strstr(buf, "\"arenas\":{\"live\":"), "no arenas in the JSON: %s", buf);
+  CHECK(strstr(buf, "\"arenas\":{\"live\":1,\"created\":"), "no arenas in the JSON: %s", buf);
+  int fd[2];
+  CHECK(pipe(fd) == 0, "pipe");
+  int saved = dup(2);
+  dup2(fd[1], 2);
+  flatmalloc_stats_print();
+  dup2(saved, 2);
+  close(fd[1]);
+  ssize_t n = read(fd[0], buf, sizeof buf - 1);
+  buf[n > 0 ? n : 0] = 0;
+  CHECK(strstr(buf, "]: arenas live=1 created="), "no arenas line in the report: %s", buf);
+  flatmalloc_arena_destroy(live);
+  printf("statistics: the arenas' totals in the report and the JSON: ok\n");
   printf("arena: all ok\n");
   return 0;
 }

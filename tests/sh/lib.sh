@@ -81,7 +81,8 @@ fm_strip_stats() {
 # fm_stats_verify FILE [MIN_PIDS]
 # FILE holds a program's stderr, run with FLATMALLOC_STATS=1. Checks that:
 #  - every line that starts with "flatmalloc" is a report line of the documented form
-#    (header, class line, "large ..." line, "pool ..." line) and nothing else (no error line);
+#    (header, class line, "large ..." line, "arenas ..." line when the program made arenas,
+#    "pool ..." line) and nothing else (no error line);
 #  - every process (PID) that printed a header printed a "pool" line and a "large" line, each
 #    once, after its header, and a class line only between them;
 #  - class lines: size a multiple of 16, in_use <= peak, share% within 0..100;
@@ -119,6 +120,10 @@ fm_stats_verify() {
       if (rest ~ /^large in_use=[0-9]+$/) {
         if (state[pid] != "classes") bad("large line out of place")
         state[pid] = "large"
+        next
+      }
+      if (rest ~ /^arenas live=[0-9]+ created=[0-9]+ held=[0-9]+ peak=[0-9]+ runs_taken=[0-9]+ runs_given=[0-9]+ resets=[0-9]+$/) {
+        if (state[pid] != "large") bad("arenas line out of place")
         next
       }
       if (rest ~ /^pool reserved=[0-9]+ in_use=[0-9]+ peak=[0-9]+ free_with_pages=[0-9]+ committed=[0-9]+ returned=[0-9]+$/) {

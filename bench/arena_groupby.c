@@ -22,7 +22,7 @@ static flatmalloc_arena *arena;   /* mode arena */
 static uint64_t calls;            /* malloc and free calls made (mode malloc) */
 
 static inline void *q_alloc(size_t n) {
-  if (arena) return flatmalloc_arena_alloc(arena, n, 16);
+  if (arena) return flatmalloc_arena_alloc_inline(arena, n, 16);   /* mskql's bump_alloc is inline too */
   calls++;
   return malloc(n);
 }

@@ -373,6 +373,8 @@ void flatmalloc_arena_reset(flatmalloc_arena *a) {
   a->samples = NULL;
   size_t used = used_now(a);
   if (used > a->peak) a->peak = used;
+  /* memcheck: every chunk goes, before a run given back can hold another thread's block */
+  if (a->pool) VALGRIND_MEMPOOL_TRIM(a, a, 0);
   big_give(a);
   /* the slabs over the cap go back; the rest are the next round's */
   for (uint32_t n = span_rec(a->kept)->next; n;) {
@@ -383,7 +385,6 @@ void flatmalloc_arena_reset(flatmalloc_arena *a) {
   }
   span_rec(a->kept)->next = 0;
   a->last = a->kept;
-  if (a->pool) VALGRIND_MEMPOOL_TRIM(a, a, 0);
   a->before = 0;
   slab_use(a, a->first);
   if (a->checked) {

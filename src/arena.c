@@ -168,7 +168,7 @@ static bool slab_add(flatmalloc_arena *a, size_t need) {
 }
 
 /* ---- checking mode ----------------------------------------------------------------------- */
-static cold __attribute__((noreturn)) void arena_fault(const char *what, const void *p) { fault_stop(what, p, -1); }
+static cold __attribute__((noreturn)) void arena_fault(const char *what, const void *p) { fault_stop(what, p, FAULT_CLS_ARENA); }
 
 /* One call at a time: the thread inside a call owns the arena's word. */
 static void user_enter(flatmalloc_arena *a) {
@@ -343,7 +343,7 @@ static void arena_verify(const flatmalloc_arena *a, const char *what) {
   /* a record in the middle of a run may be stale: the magic tells an arena from its remains */
   if (!a || off >= fm_pool.heap_size || off & (chunk_bytes() - 1) || span_rec((uint32_t)(off >> fm_pool.chunk_shift))->kind != RUN_ARENA ||
       a->magic != magic_of(a))
-    arena_fault(what, a);
+    fault_stop(what, a, -1);
 }
 
 static size_t used_now(const flatmalloc_arena *a) { return a->before + (a->pos.bump - slab_start(a, a->cur)); }

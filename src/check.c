@@ -146,7 +146,7 @@ bool check_take(void *p, struct check_block *f, int release, bool realloc_call) 
   }
   if (fm_pool.opt.check) {
     if (realloc_call && v != V_OVERRUN) fault_bad(CALL_REALLOC, verdict_kind[v], p, v == V_FOREIGN ? -1 : f->cls);
-    fault_stop(verdict_text[v], p, v == V_FOREIGN ? -1 : f->cls);
+    fault_stop(verdict_text[v], p, v == V_FOREIGN ? -1 : v == V_ARENA ? FAULT_CLS_ARENA : f->cls);
   }
   return false;
 }
@@ -160,5 +160,5 @@ size_t check_usable_fault(enum check_verdict v, void *p, int cls) {
 
 /* Checking mode's fault for a bad pointer given to a release; nothing under Valgrind alone. */
 void check_fault(enum check_verdict v, void *p, int cls) {
-  if (fm_pool.opt.check) fault_stop(verdict_text[v], p, v == V_FOREIGN ? -1 : cls);
+  if (fm_pool.opt.check) fault_stop(verdict_text[v], p, v == V_FOREIGN ? -1 : v == V_ARENA ? FAULT_CLS_ARENA : cls);
 }

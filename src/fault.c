@@ -20,6 +20,8 @@ void fault_stop(const char *what, const void *p, int cls) {
     fmt_str(&f, ", ");
     fmt_u64(&f, fm_cf.size[cls + 1], 0);
     fmt_str(&f, " bytes)");
+  } else if (cls == FAULT_CLS_ARENA) {
+    fmt_str(&f, " (arena)");
   } else if ((uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
     fmt_str(&f, " (large area)");
   } else {
@@ -46,5 +48,5 @@ void fault_bad(enum fault_call call, enum fault_kind kind, const void *p, int cl
     fmt_str(&f, what[kind]);
   }
   fmt_end(&f);
-  fault_stop(text, p, cls);
+  fault_stop(text, p, kind == FAULT_ARENA ? FAULT_CLS_ARENA : cls);
 }

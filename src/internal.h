@@ -28,7 +28,8 @@ static inline void fm_unlock(pthread_mutex_t *m) {
  * of the classes' locks cost every PostgreSQL backend a copy-on-write fault per shard). */
 static inline bool fm_lock_held(const pthread_mutex_t *m) { return __atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED) != 0; }
 
-/* fault.c: one line and abort() */
+/* fault.c: one line and abort(); cls names the class, -1 none, FAULT_CLS_ARENA an arena's run */
+#define FAULT_CLS_ARENA (-2)
 hidden cold __attribute__((noreturn)) void fault_stop(const char *what, const void *p, int cls);
 /* A bad pointer handed to a call: the line names the call and what the pointer is ("double
  * free", "realloc of a freed block", "malloc_usable_size of an interior pointer", ...). */

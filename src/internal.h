@@ -106,11 +106,6 @@ hidden size_t block_usable(const void *p, enum fault_call call);   /* validated:
 hidden void *block_alloc_direct(size_t size);   /* native code (check.c): its own cache, no errno */
 hidden bool block_free_direct(void *p);         /* native code: false for a bad pointer, no stop */
 
-/* arena.c: arenas (flatmalloc_arena_*), on the API's floor: span.c's runs, heap.c's sampling,
- * check.c's canary */
-struct arena_totals { uint64_t live, made, held, held_peak, taken, given, resets; };
-hidden void arena_totals(struct arena_totals *t);
-
 /* pool.c: start-up and the bootstrap buffer */
 hidden bool pool_init(void);          /* false: use the bootstrap buffer for now */
 hidden void *boot_alloc(size_t size, size_t align);
@@ -124,6 +119,11 @@ hidden void check_free(void *p);
 hidden void *check_realloc(void *p, size_t size);
 hidden size_t check_usable(void *p);
 hidden void check_pool_start(void);
+
+/* arena.c: arenas (flatmalloc_arena_*), above heap.c (sampling) and check.c (the canary); its
+ * totals for stats.c, above it */
+struct arena_totals { uint64_t live, made, held, held_peak, taken, given, resets; };
+hidden void arena_totals(struct arena_totals *t);
 
 /* stats.c */
 hidden void stats_setup(void);

@@ -54,6 +54,14 @@ void check_canary_fill(uint8_t *user, size_t size, uint8_t *end) {
   for (size_t i = 0; i < n; i++) user[size + i] = canary_byte(seed, i);
 }
 
+bool check_canary_ok(const uint8_t *user, size_t size, uint8_t *end) {
+  uint64_t seed = canary_seed(user);
+  size_t n = canary_len((uint8_t *)user, size, end);
+  for (size_t i = 0; i < n; i++)
+    if (user[size + i] != canary_byte(seed, i)) return false;
+  return true;
+}
+
 /* ---- a block's header ------------------------------------------------------------------- */
 size_t check_block_lead(size_t align) { return align > FM_ALIGN ? align + FM_ALIGN : 2 * FM_ALIGN; }
 
@@ -79,7 +87,7 @@ enum check_verdict check_find(void *p, struct check_block *f) {
   if (!live && f->cls >= 0) return V_INTERIOR;
   if (!live) {   /* its span or run may be gone, and its pages with it */
     enum fault_kind k = large_fault(p);
-    return k == FAULT_FREED ? V_FREED : k == FAULT_FOREIGN ? V_FOREIGN : V_INTERIOR;
+    return k == FAULT_FREED ? V_FREED : k == FAULT_FOREIGN ? V_FOREIGN : k == FAULT_ARENA ? V_ARENA : V_INTERIOR;
   }
   f->b = (uint8_t *)h - (size_t)h->off16 * FM_ALIGN;
   if (f->cls >= 0) {
@@ -92,11 +100,7 @@ enum check_verdict check_find(void *p, struct check_block *f) {
   f->kind = (enum check_kind)h->kind;
   uint8_t *user = p, *end = check_block_end(f->b, f->cls);
   if (h->size > (size_t)(end - user)) return V_INTERIOR;
-  uint64_t seed = canary_seed(user);
-  size_t n = canary_len(user, h->size, end);
-  for (size_t i = 0; i < n; i++)
-    if (user[h->size + i] != canary_byte(seed, i)) return V_OVERRUN;
-  return V_OK;
+  return check_canary_ok(user, h->size, end) ? V_OK : V_OVERRUN;
 }
 
 static const char *const verdict_text[] = {
@@ -105,9 +109,10 @@ static const char *const verdict_text[] = {
   [V_INTERIOR] = "free of an interior pointer",
   [V_MISALIGNED] = "free of a misaligned pointer",
   [V_OVERRUN] = "write past the end of a block",
+  [V_ARENA] = "free of an arena allocation",
 };
 static const enum fault_kind verdict_kind[] = {
-  [V_FREED] = FAULT_FREED, [V_FOREIGN] = FAULT_FOREIGN, [V_INTERIOR] = FAULT_INTERIOR, [V_MISALIGNED] = FAULT_MISALIGNED};
+  [V_FREED] = FAULT_FREED, [V_FOREIGN] = FAULT_FOREIGN, [V_INTERIOR] = FAULT_INTERIOR, [V_MISALIGNED] = FAULT_MISALIGNED, [V_ARENA] = FAULT_ARENA};
 
 /* "free of a block allocated by new[]": the releasing function and the allocating one. */
 static const char *const released_by[] = {[KIND_MALLOC] = "free", [KIND_NEW] = "delete", [KIND_NEW_ARRAY] = "delete[]"};
@@ -141,7 +146,7 @@ bool check_take(void *p, struct check_block *f, int release, bool realloc_call) 
   }
   if (fm_pool.opt.check) {
     if (realloc_call && v != V_OVERRUN) fault_bad(CALL_REALLOC, verdict_kind[v], p, v == V_FOREIGN ? -1 : f->cls);
-    fault_stop(verdict_text[v], p, v == V_FOREIGN ? -1 : f->cls);
+    fault_stop(verdict_text[v], p, v == V_FOREIGN ? -1 : v == V_ARENA ? FAULT_CLS_ARENA : f->cls);
   }
   return false;
 }
@@ -155,5 +160,5 @@ size_t check_usable_fault(enum check_verdict v, void *p, int cls) {
 
 /* Checking mode's fault for a bad pointer given to a release; nothing under Valgrind alone. */
 void check_fault(enum check_verdict v, void *p, int cls) {
-  if (fm_pool.opt.check) fault_stop(verdict_text[v], p, v == V_FOREIGN ? -1 : cls);
+  if (fm_pool.opt.check) fault_stop(verdict_text[v], p, v == V_FOREIGN ? -1 : v == V_ARENA ? FAULT_CLS_ARENA : cls);
 }

@@ -11,11 +11,12 @@ struct check_hdr {
   uint32_t kind : 8;     /* enum check_kind */
 };
 
-enum check_verdict { V_OK, V_FREED, V_FOREIGN, V_INTERIOR, V_MISALIGNED, V_OVERRUN };
+enum check_verdict { V_OK, V_FREED, V_FOREIGN, V_INTERIOR, V_MISALIGNED, V_OVERRUN, V_ARENA };
 
 hidden uint32_t check_magic(const struct check_hdr *h, bool live);   /* the header's magic, live or freed */
 hidden uint8_t *check_block_end(uint8_t *b, int cls);                /* end of underlying block b */
 hidden void check_canary_fill(uint8_t *user, size_t size, uint8_t *end);
+hidden bool check_canary_ok(const uint8_t *user, size_t size, uint8_t *end);   /* also arena.c's */
 hidden size_t check_block_lead(size_t align);   /* bytes before the program's, at most */
 /* Writes the header of a block of size bytes aligned to align in underlying block b; returns
  * the program's pointer. */

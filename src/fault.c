@@ -20,6 +20,8 @@ void fault_stop(const char *what, const void *p, int cls) {
     fmt_str(&f, ", ");
     fmt_u64(&f, fm_cf.size[cls + 1], 0);
     fmt_str(&f, " bytes)");
+  } else if (cls == FAULT_CLS_ARENA) {
+    fmt_str(&f, " (arena)");
   } else if ((uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
     fmt_str(&f, " (large area)");
   } else {
@@ -35,7 +37,8 @@ void fault_stop(const char *what, const void *p, int cls) {
 void fault_bad(enum fault_call call, enum fault_kind kind, const void *p, int cls) {
   static const char *const name[] = {[CALL_FREE] = "free", [CALL_REALLOC] = "realloc", [CALL_USABLE] = "malloc_usable_size"};
   static const char *const what[] = {[FAULT_FREED] = " of a freed block", [FAULT_FOREIGN] = " of a pointer not allocated by flatmalloc",
-                                     [FAULT_INTERIOR] = " of an interior pointer", [FAULT_MISALIGNED] = " of a misaligned pointer"};
+                                     [FAULT_INTERIOR] = " of an interior pointer", [FAULT_MISALIGNED] = " of a misaligned pointer",
+                                     [FAULT_ARENA] = " of an arena allocation"};
   char text[64];
   struct fmt f = {text, sizeof text, 0};
   if (call == CALL_FREE && kind == FAULT_FREED) {
@@ -45,5 +48,5 @@ void fault_bad(enum fault_call call, enum fault_kind kind, const void *p, int cl
     fmt_str(&f, what[kind]);
   }
   fmt_end(&f);
-  fault_stop(text, p, cls);
+  fault_stop(text, p, kind == FAULT_ARENA ? FAULT_CLS_ARENA : cls);
 }

@@ -7,6 +7,7 @@
 #define FLATMALLOC_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <malloc.h>
 
 #ifdef __cplusplus
@@ -50,6 +51,63 @@ FLATMALLOC_API const char *flatmalloc_version(void);
  * path, or to FILE.PID.N when path is NULL. Returns 0, or -1 with errno when the profiler is
  * off (ENOENT) or the file cannot be created. */
 FLATMALLOC_API int flatmalloc_heap_dump(const char *path);
+
+/* ---- arenas --------------------------------------------------------------------------
+ * Bump allocation from slabs of the pool, released all at once by flatmalloc_arena_reset,
+ * which keeps the slabs for the next round (up to `keep` bytes of them) and costs the same
+ * whatever the number of allocations. An arena is used by one thread at a time: in checking
+ * mode (FLATMALLOC_CHECK=1) two threads in calls on one arena at once stop the program. Its
+ * allocations are no blocks: free, realloc and malloc_usable_size of one stop the program.
+ * README.md, "Arenas", has the whole contract. */
+typedef struct flatmalloc_arena flatmalloc_arena;
+
+/* A new arena; keep: bytes of slabs kept across resets (0: 4 MiB; the first slab, 64 KiB, is
+ * always kept). NULL with errno ENOMEM when the pool has no room. */
+FLATMALLOC_API flatmalloc_arena *flatmalloc_arena_create(size_t keep);
+/* size bytes aligned to align (a power of two, at most 1 MiB); size 0 gives a distinct pointer.
+ * NULL with errno ENOMEM when the pool is full, EINVAL for a bad alignment. */
+FLATMALLOC_API void *flatmalloc_arena_alloc(flatmalloc_arena *arena, size_t size, size_t align);
+/* count * size bytes, zeroed; NULL with ENOMEM also when the product overflows. */
+FLATMALLOC_API void *flatmalloc_arena_calloc(flatmalloc_arena *arena, size_t count, size_t size, size_t align);
+/* The arena's first member (the rest is private): the next free byte of its current slab and
+ * the slab's end, 0 when every allocation must take the library's call (checking mode,
+ * Valgrind, the heap profiler). flatmalloc_arena_alloc_inline bumps it in the caller. */
+struct flatmalloc_arena_cursor {
+  uintptr_t bump, end;
+};
+/* The bump alone: NULL when the current slab has no room (or the alignment is bad). */
+static inline void *flatmalloc_arena_bump(struct flatmalloc_arena_cursor *c, size_t size, size_t align) {
+  uintptr_t p = (c->bump + align - 1) & ~(uintptr_t)(align - 1), e = p + size;
+  if (__builtin_expect(e <= c->end && e > p && align - 1 < ((size_t)1 << 20) && !(align & (align - 1)), 1)) {
+    c->bump = e;
+    return (void *)p;
+  }
+  return NULL;
+}
+/* flatmalloc_arena_alloc with its common case inlined in the caller (the parser write-up's
+ * allocator and the C++ header use it). */
+static inline void *flatmalloc_arena_alloc_inline(flatmalloc_arena *arena, size_t size, size_t align) {
+  void *p = flatmalloc_arena_bump((struct flatmalloc_arena_cursor *)(void *)arena, size, align);
+  return __builtin_expect(p != NULL, 1) ? p : flatmalloc_arena_alloc(arena, size, align);
+}
+/* Releases every allocation: the next allocation of the same size returns the arena's first
+ * address again. */
+FLATMALLOC_API void flatmalloc_arena_reset(flatmalloc_arena *arena);
+/* Releases every allocation and the arena's memory; NULL does nothing. */
+FLATMALLOC_API void flatmalloc_arena_destroy(flatmalloc_arena *arena);
+
+struct flatmalloc_arena_stats {
+  size_t used;        /* bytes handed out since the last reset, alignment padding included */
+  size_t peak;        /* the most bytes handed out between two resets */
+  size_t held;        /* bytes of pool the arena holds now: its slabs and own runs */
+  size_t held_peak;
+  size_t keep;        /* the cap on slab bytes kept across a reset */
+  size_t slabs;       /* slabs held now (the first included) */
+  size_t own_runs;    /* allocations above 256 KiB, each a run of its own until the reset */
+  unsigned long long runs_taken, runs_given;   /* calls into the pool's heap since creation */
+  unsigned long long resets;
+};
+FLATMALLOC_API void flatmalloc_arena_stats(const flatmalloc_arena *arena, struct flatmalloc_arena_stats *stats);
 
 #ifdef __cplusplus
 }

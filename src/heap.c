@@ -425,6 +425,40 @@ void heap_resized(void *p, size_t size) {
   heap_record(p, size, pc, n);
 }
 
+/* ---- arena allocations ------------------------------------------------------------------- */
+/* An arena allocation is not a block of its own: a sampled one is counted by its stack while
+ * it lives (until its arena's reset), and nothing is marked. */
+uint32_t heap_arena_sample(size_t size) {
+  struct heap_thread *t = &heap_tl;
+  int64_t left = t->left - (int64_t)size;
+  if (!t->rng) {
+    t->rng = (fm_pool.key ^ ((uintptr_t)t * 0x9e3779b97f4a7c15ull)) | 1;
+    left = heap_interval(t) - (int64_t)size;
+  }
+  if (left > 0 || t->busy || size >= ((size_t)1 << 62)) {
+    t->left = left;
+    return 0;
+  }
+  t->left = heap_interval(t);
+  uintptr_t pc[HEAP_DEPTH];
+  t->busy = true;
+  uint32_t n = heap_backtrace(pc);
+  t->busy = false;
+  pthread_mutex_lock(&heap_lock);
+  struct heap_stack *s = stack_get(pc, n);
+  s->live_n++, s->live_bytes += size, s->alloc_n++, s->alloc_bytes += size;
+  heap_unlock();
+  return (uint32_t)(s - stacks) + 1;
+}
+
+void heap_arena_done(uint32_t stack, size_t size) {
+  if (stack - 1 >= HEAP_STACKS) return;   /* the record lives in the arena: trust no value */
+  struct heap_stack *s = &stacks[stack - 1];
+  pthread_mutex_lock(&heap_lock);
+  if (s->live_n) s->live_n--, s->live_bytes -= size < s->live_bytes ? size : s->live_bytes;
+  heap_unlock();
+}
+
 /* ---- start-up, fork, exit ---------------------------------------------------------------- */
 /* In the child only the forking thread runs: a lock another thread held is free again, and
  * the child's allocated counts start from the blocks it inherited. */

@@ -14,4 +14,8 @@ hidden void *heap_alloc_aligned(size_t align, size_t size);   /* align above 16,
 hidden void *heap_calloc(size_t size);       /* calloc's, with the pool ready; NULL with ENOMEM */
 hidden void heap_resized(void *p, size_t size);   /* realloc grew or shrank large block p in place */
 hidden void heap_free(void *p);              /* free's slow path, before the block is released */
+/* arena.c: an arena allocation of size bytes counts down the thread's bytes as malloc's do;
+ * sampled, it returns its stack's number (counted live until heap_arena_done), else 0. */
+hidden uint32_t heap_arena_sample(size_t size);
+hidden void heap_arena_done(uint32_t stack, size_t size);
 #endif

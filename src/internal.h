@@ -51,12 +51,13 @@ static inline void fm_unlock(pthread_mutex_t *m) {
  * of the classes' locks cost every PostgreSQL backend a copy-on-write fault per shard). */
 static inline bool fm_lock_held(const pthread_mutex_t *m) { return __atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED) != 0; }
 
-/* fault.c: one line and abort() */
+/* fault.c: one line and abort(); cls names the class, -1 none, FAULT_CLS_ARENA an arena's run */
+#define FAULT_CLS_ARENA (-2)
 hidden cold __attribute__((noreturn)) void fault_stop(const char *what, const void *p, int cls);
 /* A bad pointer handed to a call: the line names the call and what the pointer is ("double
  * free", "realloc of a freed block", "malloc_usable_size of an interior pointer", ...). */
 enum fault_call { CALL_FREE, CALL_REALLOC, CALL_USABLE };
-enum fault_kind { FAULT_FREED, FAULT_FOREIGN, FAULT_INTERIOR, FAULT_MISALIGNED };
+enum fault_kind { FAULT_FREED, FAULT_FOREIGN, FAULT_INTERIOR, FAULT_MISALIGNED, FAULT_ARENA };
 hidden cold __attribute__((noreturn)) void fault_bad(enum fault_call call, enum fault_kind kind, const void *p, int cls);
 
 /* options.c */
@@ -68,6 +69,7 @@ hidden void options_check_room(const struct fm_options *o, uint32_t heap_chunks)
 hidden void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t retain_bytes);
 hidden int64_t span_alloc(uint32_t len, unsigned owner, bool large);   /* first chunk, or -1 */
 hidden int64_t span_alloc_aligned(uint32_t len, size_t align);
+hidden int64_t span_alloc_arena(uint32_t len);   /* a RUN_ARENA run (arena.c), owned as the large area */
 hidden void span_free(uint32_t i);
 hidden bool span_resize(uint32_t i, uint32_t len);
 hidden int span_kind_at(uint32_t i);   /* RUN_* of the run holding chunk i; 0: above top or unknown */
@@ -153,6 +155,11 @@ hidden void *boot_alloc(size_t size, size_t align);
 hidden bool boot_owns(const void *p);
 hidden size_t boot_usable(const void *p);
 
+/* profile.c: FLATMALLOC_PROFILE; check.c reports each block's requested size */
+hidden void profile_setup(void);
+hidden void profile_alloc(size_t size);
+hidden void profile_free(size_t size);
+
 /* check.c: checking mode and memcheck (malloc, free and realloc through check_short.c) */
 hidden void *check_malloc(size_t size);
 hidden void *check_memalign(size_t size, size_t align);
@@ -161,15 +168,15 @@ hidden void *check_realloc(void *p, size_t size);
 hidden size_t check_usable(void *p);
 hidden void check_pool_start(void);
 
+/* heap.c: the heap profiler (heap.h) */
+
+/* arena.c: arenas (flatmalloc_arena_*), above heap.c (sampling) and check.c (the canary); its
+ * totals for stats.c, above it */
+struct arena_totals { uint64_t live, made, held, held_peak, taken, given, resets; };
+hidden void arena_totals(struct arena_totals *t);
+
 /* stats.c */
 hidden void stats_setup(void);
-
-/* profile.c: FLATMALLOC_PROFILE; check.c reports each block's requested size */
-hidden void profile_setup(void);
-hidden void profile_alloc(size_t size);
-hidden void profile_free(size_t size);
-
-/* heap.c: the heap profiler (heap.h) */
 
 /* slow.c: start-up, and the slow paths behind the inline fast paths of fast.h (above it) */
 hidden bool pool_init(void);          /* false: use the bootstrap buffer for now */

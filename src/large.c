@@ -64,14 +64,16 @@ bool large_owns(const void *p) {
  * handed out. */
 void large_verify(const void *p, enum fault_call call) {
   if (large_owns(p)) return;
-  if (((uintptr_t)p - fm_pool.heap_base) & (FM_ALIGN - 1)) fault_bad(call, FAULT_MISALIGNED, p, -1);
-  fault_bad(call, large_fault(p), p, -1);
+  enum fault_kind kind = large_fault(p);
+  if (kind != FAULT_ARENA && ((uintptr_t)p - fm_pool.heap_base) & (FM_ALIGN - 1)) kind = FAULT_MISALIGNED;
+  fault_bad(call, kind, p, -1);
 }
 
-/* What p, in the heap but neither in a span nor a large block's start, is (see above). */
+/* What p, in the heap but neither in a span nor a large block's start, is (see above; a
+ * pointer into an arena's run is an arena allocation). */
 enum fault_kind large_fault(const void *p) {
   int kind = span_kind_at(chunk_of(p));
-  return kind == RUN_FREE ? FAULT_FREED : kind == RUN_LARGE ? FAULT_INTERIOR : FAULT_FOREIGN;
+  return kind == RUN_FREE ? FAULT_FREED : kind == RUN_LARGE ? FAULT_INTERIOR : kind == RUN_ARENA ? FAULT_ARENA : FAULT_FOREIGN;
 }
 
 void large_free(void *p) {

@@ -350,13 +350,18 @@ void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t 
   for (unsigned o = 0; o <= FM_CLASS_MAX; o++) H.outstanding += H.reserve[o];
 }
 
-int64_t span_alloc(uint32_t len, unsigned owner, bool large) {
+static int64_t alloc_kind(uint32_t len, unsigned owner, uint8_t kind) {
   fm_lock(&H.lock);
-  int64_t i = take(len, owner, large ? RUN_LARGE : RUN_SPAN);
+  int64_t i = take(len, owner, kind);
   if (i >= 0) release_over_budget(len);
   fm_unlock(&H.lock);
   return i;
 }
+
+int64_t span_alloc(uint32_t len, unsigned owner, bool large) { return alloc_kind(len, owner, large ? RUN_LARGE : RUN_SPAN); }
+
+/* An arena's slab: held as a large block is (the large area's reservation and count). */
+int64_t span_alloc_arena(uint32_t len) { return alloc_kind(len, FM_CLASS_MAX, RUN_ARENA); }
 
 /* Run for a large block whose address is a multiple of align (a power of two above the chunk). */
 int64_t span_alloc_aligned(uint32_t len, size_t align) {
@@ -381,7 +386,7 @@ int64_t span_alloc_aligned(uint32_t len, size_t align) {
   return i;
 }
 
-/* Releases the run at i (a span or large block) and merges it with free neighbours. */
+/* Releases the run at i (a span, large block or arena run) and merges it with free neighbours. */
 void span_free(uint32_t i) {
   fm_lock(&H.lock);
   if (i < H.quarantine) goto out;   /* a parent's run: leave it alone */

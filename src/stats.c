@@ -19,6 +19,12 @@ static void cstat(unsigned c, struct cstat *x) {
   x->in_use = x->s.out > cached ? x->s.out - cached : 0;
 }
 
+/* The large area's runs less the thread caches' and the arenas' (runs of it too). */
+static size_t large_only(const struct span_stats *ss, const struct tcache_stats *ts, const struct arena_totals *at) {
+  size_t own = ts->bytes + at->held;
+  return ss->large_held > own ? ss->large_held - own : 0;
+}
+
 static size_t committed(void) {
   struct span_stats ss;
   span_stats(&ss);
@@ -51,6 +57,19 @@ static void field(struct fmt *f, const char *name, uint64_t v) {
   fmt_u64(f, v, 0);
 }
 
+/* All arenas' totals, each as `before name after value` (the first with `first` for before):
+ * the report's form and the JSON's. */
+static void arena_fields(struct fmt *f, const struct arena_totals *t, const char *first, const char *before, const char *after) {
+  static const char *const names[] = {"live", "created", "held", "peak", "runs_taken", "runs_given", "resets"};
+  const uint64_t vals[] = {t->live, t->made, t->held, t->held_peak, t->taken, t->given, t->resets};
+  for (unsigned i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+    fmt_str(f, i ? before : first);
+    fmt_str(f, names[i]);
+    fmt_str(f, after);
+    fmt_u64(f, vals[i], 0);
+  }
+}
+
 void flatmalloc_stats_print(void) {
   if (!pool_ready()) return;
   char buf[256];
@@ -80,14 +99,22 @@ void flatmalloc_stats_print(void) {
   span_stats(&ss);
   struct tcache_stats ts;
   tcache_stats(&ts);
+  struct arena_totals at;
+  arena_totals(&at);
   line_start(&f, pid);
-  field(&f, "large in_use=", ss.large_held - ts.bytes);
+  field(&f, "large in_use=", large_only(&ss, &ts, &at));
   line_flush(&f);
   line_start(&f, pid);
   field(&f, "threads with_cache=", ts.threads);
   field(&f, " with_tag=", ts.tagged);
   field(&f, " caches_bytes=", ts.bytes);
   line_flush(&f);
+  if (at.made) {   /* a program that made no arena gets the report it always had */
+    line_start(&f, pid);
+    fmt_str(&f, "arenas");
+    arena_fields(&f, &at, " ", " ", "=");
+    line_flush(&f);
+  }
   line_start(&f, pid);
   field(&f, "pool reserved=", fm_pool.size);
   field(&f, " in_use=", ss.used);
@@ -132,10 +159,14 @@ size_t flatmalloc_stats_json(char *buf, size_t size) {
     for (unsigned i = 0; i < sizeof vals / sizeof vals[0]; i++) field(&f, keys[i], vals[i]);
     fmt_str(&f, "}");
   }
-  field(&f, "],\"large\":{\"in_use\":", ss.large_held - ts.bytes);
+  struct arena_totals at;
+  arena_totals(&at);
+  field(&f, "],\"large\":{\"in_use\":", large_only(&ss, &ts, &at));
   field(&f, "},\"threads\":{\"with_cache\":", ts.threads);
   field(&f, ",\"with_tag\":", ts.tagged);
   field(&f, ",\"caches_bytes\":", ts.bytes);
+  fmt_str(&f, "},\"arenas\":{");
+  arena_fields(&f, &at, "\"", ",\"", "\":");
   fmt_str(&f, "}}");
   return fmt_end(&f);
 }

@@ -87,11 +87,20 @@
  * LARGE BLOCK (large.c). A request above the largest class is a run of its own: the block
  * starts on a chunk boundary, its size and state are in the run record, never beside it.
  *
+ * ARENA (arena.c). For programs that link flatmalloc: bump allocation through slabs, each a
+ * run of kind RUN_ARENA taken from the heap as a large block is (64 KiB doubling to 1 MiB;
+ * an allocation above 256 KiB is a run of its own). The slabs are chained in their run
+ * records, the arena's own struct opens the first one. A reset rewinds to the first slab in
+ * O(1) and keeps the chain up to the arena's cap, giving back only the slabs over it and the
+ * runs of their own; a run given back is a free run like any other. Its chunks are in no
+ * span, so free() of an arena pointer fails the block test and stops in the slow path.
+ *
  * Memory flows: heap run -> span -> class buckets (or transfer cache) <-> thread cache <->
- * program, or heap run -> large block -> program; a block freed by another thread: -> its
- * tag's remote stack -> its owner's cache, or (no tag) -> the freeing thread's cache; and back: a span with no block out, or a freed large block, is a
- * free run again, and its pages go back to the system when the oldest free memory passes the
- * budget or on malloc_trim. */
+ * program, or heap run -> large block -> program, or heap run -> arena slab -> program; a block
+ * freed by another thread: -> its tag's remote stack -> its owner's cache, or (no tag) -> the
+ * freeing thread's cache; and back: a span with no block out, a freed large block, or an
+ * arena's slab over its cap at a reset, is a free run again, and its pages go back to the
+ * system when the oldest free memory passes the budget or on malloc_trim. */
 #ifndef FM_TYPES_H
 #define FM_TYPES_H
 
@@ -154,7 +163,7 @@ static inline int st_live(unsigned s) { return s >= ST_LIVE && s != ST_NONE; }
  * those accesses are relaxed atomics (plain moves on x86). */
 static inline fm_st st_load(const fm_st *s) { return __atomic_load_n(s, __ATOMIC_RELAXED); }
 static inline void st_store(fm_st *s, fm_st v) { __atomic_store_n(s, v, __ATOMIC_RELAXED); }
-enum { RUN_FREE = 1, RUN_SPAN = 2, RUN_LARGE = 3 };    /* struct fm_run's kind */
+enum { RUN_FREE = 1, RUN_SPAN = 2, RUN_LARGE = 3, RUN_ARENA = 4 };    /* struct fm_run's kind */
 enum { RUN_DIRTY = 1 };                                 /* struct fm_run's flags */
 
 _Static_assert(FM_CLASS_MAX < 255, "class ids + 1 fit in the page map's byte");
@@ -259,11 +268,11 @@ struct fm_class {
  * its last. A span keeps its free-word summary in the record of its second chunk. */
 struct fm_run {
   uint32_t len;        /* chunks in the run */
-  uint8_t kind;        /* RUN_FREE, RUN_SPAN, RUN_LARGE */
+  uint8_t kind;        /* RUN_FREE, RUN_SPAN, RUN_LARGE, RUN_ARENA */
   uint8_t cls;
   uint16_t flags;      /* spans: RUN_DIRTY when a chunk held pages at the span's making */
   uint32_t head;       /* in a run's last chunk: index of its first */
-  uint32_t next, prev; /* free runs: TLSF list; spans: bucket list (chunk index + 1) */
+  uint32_t next, prev; /* free runs: TLSF list; spans: bucket list; arena runs: chain (chunk index + 1) */
   uint32_t older, newer;  /* free runs with pages: the release FIFO (chunk index + 1) */
   uint32_t dirty;      /* free runs: chunks that may hold pages */
   uint32_t nfree;      /* spans: blocks in state FREE */

@@ -9,6 +9,8 @@
 #     and names the installed include and library directories; --modversion is the project's;
 #   - a program compiled against the installed header and library with those flags calls
 #     flatmalloc_version and flatmalloc_malloc/free and runs with the installed library mapped;
+#   - a C program using an arena and a C++17 program using flatmalloc.hpp's pmr resource build
+#     with those flags and run (the library itself needs no libstdc++);
 #   - `$prefix/bin/flatmalloc run -- python3 ...` runs the program with the installed library
 #     (its /proc/self/maps shows the installed path, not the build tree's).
 set -euo pipefail
@@ -140,6 +142,72 @@ cc -std=gnu11 -Wall -Wextra -Werror -o "$tmp/prog" "$tmp/prog.c" $flags -Wl,-rpa
 out=$("$tmp/prog" "$lib_real") || fail "the program built against the installed library failed: $out"
 [ "$out" = "flatmalloc $version" ] || fail "the program printed '$out'"
 step "program built with pkg-config's flags: $out, $lib_real mapped"
+
+# ------------------------------------------------------------------ arenas: C and C++ (flatmalloc.hpp)
+hpp=$(find_installed 'flatmalloc.hpp' 'the C++ header')
+[ "$hpp" = "$prefix/include/flatmalloc.hpp" ] || fail "flatmalloc.hpp installed as $hpp, not in $prefix/include"
+cat >"$tmp/arena.c" <<'EOF'
+#include <flatmalloc.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(void)
+{
+    flatmalloc_arena *a = flatmalloc_arena_create(0);
+    char *first = NULL;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 10000; i++) {
+            char *p = flatmalloc_arena_alloc(a, 100, 16);
+            if (p == NULL) { fprintf(stderr, "flatmalloc_arena_alloc = NULL\n"); return 1; }
+            memset(p, i, 100);
+            if (i == 0 && round == 0) first = p;
+            if (i == 0 && p != first) { fprintf(stderr, "reset did not rewind\n"); return 1; }
+        }
+        flatmalloc_arena_reset(a);
+    }
+    flatmalloc_arena_destroy(a);
+    printf("arena ok\n");
+    return 0;
+}
+EOF
+cat >"$tmp/arena.cc" <<'EOF'
+#include <flatmalloc.hpp>
+#include <cstdio>
+#include <memory_resource>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+int main()
+{
+    flatmalloc::arena_resource arena;
+    {
+        std::pmr::unordered_map<std::pmr::string, std::pmr::vector<int>> m(&arena);
+        for (int i = 0; i < 1000; i++) m[std::pmr::string("key " + std::to_string(i), &arena)].push_back(i);
+        for (int i = 0; i < 1000; i++)
+            if (m[std::pmr::string("key " + std::to_string(i), &arena)].at(0) != i) return 1;
+        std::vector<int, flatmalloc::arena_allocator<int>> v(&arena);
+        for (int i = 0; i < 1000; i++) v.push_back(i);
+        if (v[999] != 999) return 1;
+    }
+    arena.reset();
+    std::printf("pmr ok\n");
+    return 0;
+}
+EOF
+# shellcheck disable=SC2086
+cc -std=gnu11 -Wall -Wextra -Werror -o "$tmp/arena" "$tmp/arena.c" $flags -Wl,-rpath,"$libdir" ||
+  fail "the arena program does not compile against the installed header and library"
+out=$("$tmp/arena") || fail "the arena program failed: $out"
+[ "$out" = "arena ok" ] || fail "the arena program printed '$out'"
+# shellcheck disable=SC2086
+c++ -std=c++17 -Wall -Wextra -Werror -o "$tmp/arena-cxx" "$tmp/arena.cc" $flags -Wl,-rpath,"$libdir" ||
+  fail "the C++ program does not compile against the installed flatmalloc.hpp"
+out=$("$tmp/arena-cxx") || fail "the C++ arena program failed: $out"
+[ "$out" = "pmr ok" ] || fail "the C++ arena program printed '$out'"
+nm -D --defined-only "$lib_real" | grep -qw flatmalloc_arena_alloc || fail "$lib_real does not export flatmalloc_arena_alloc"
+! nm -D "$lib_real" | grep -qE 'GLIBCXX|CXXABI' || fail "$lib_real needs libstdc++"
+step "an arena program in C and one in C++ (flatmalloc::arena_resource) built with pkg-config's flags"
 
 # ------------------------------------------------------------------ the installed wrapper
 rc=0

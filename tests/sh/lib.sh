@@ -81,8 +81,8 @@ fm_strip_stats() {
 # fm_stats_verify FILE [MIN_PIDS]
 # FILE holds a program's stderr, run with FLATMALLOC_STATS=1. Checks that:
 #  - every line that starts with "flatmalloc" is a report line of the documented form
-#    (header, class line, "large ..." line, "threads ..." line, "pool ..." line) and nothing
-#    else (no error line);
+#    (header, class line, "large ..." line, "threads ..." line, "arenas ..." line when the
+#    program made arenas, "pool ..." line) and nothing else (no error line);
 #  - every process (PID) that printed a header printed a "pool" line and a "large" line, each
 #    once, after its header, and a class line only between them;
 #  - class lines: size a multiple of 16, in_use <= peak, share% within 0..100;
@@ -126,6 +126,10 @@ fm_stats_verify() {
         if (state[pid] != "large") bad("threads line out of place")
         split(f[2], tc, "="); split(f[3], tg, "=")
         if (tg[2] + 0 > tc[2] + 0) bad("more threads with a tag than with a cache")
+        next
+      }
+      if (rest ~ /^arenas live=[0-9]+ created=[0-9]+ held=[0-9]+ peak=[0-9]+ runs_taken=[0-9]+ runs_given=[0-9]+ resets=[0-9]+$/) {
+        if (state[pid] != "large") bad("arenas line out of place")
         next
       }
       if (rest ~ /^pool reserved=[0-9]+ in_use=[0-9]+ peak=[0-9]+ free_with_pages=[0-9]+ committed=[0-9]+ returned=[0-9]+$/) {

@@ -480,20 +480,42 @@ void tcache_collect(void) {
   while (pending(tc->t) || atomic_load_explicit(&tc->t->remote, memory_order_relaxed)) remote_collect(tc->t, tc, UINT32_MAX);
 }
 
-/* Fork child: only this thread goes on. The other threads' caches are never used again (their
- * blocks stay where they are, a copy-on-write loss only); their tags are no one's, so what the
- * child frees of their blocks goes to their classes through their remote stacks, drained as
- * orphans. A drain a parent's thread was in the middle of stays unfinished: those blocks are
- * lost, nothing else. */
+/* Fork child: only this thread goes on. The other threads' caches are never used again: they
+ * leave the list (their runs and blocks stay where they are, a copy-on-write loss only, which
+ * the statistics no longer count as caches). Their tags are free again, with what waited on
+ * their remote stacks abandoned the same way (a drain a parent's thread was in the middle of
+ * cannot be finished); what the child frees of their blocks goes home through the tag as
+ * through any free tag's: drained as orphans, or to the child's thread that takes it. */
 void tcache_after_fork(void) {
   if (fm_lock_held(&caches_lock)) pthread_mutex_init(&caches_lock, NULL);
-  uint32_t used = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
-  for (uint32_t i = 0; i < used; i++) {
-    struct fm_tag *t = &fm_pool.tags[i];
-    if (t != fm_tc->t && atomic_load_explicit(&t->live, memory_order_relaxed))   /* (a tag's line is written only if need be) */
-      atomic_store_explicit(&t->live, 0, memory_order_relaxed);
+  struct fm_tcache *me = fm_tc != &fm_tc_empty ? fm_tc : NULL;
+  caches = NULL;
+  caches_n = runs_n = 0;
+  struct fm_tcache *keep[2] = {me, tc_native != &fm_tc_empty && tc_native != me ? tc_native : NULL};
+  for (unsigned i = 0; i < 2; i++) {
+    struct fm_tcache *tc = keep[i];
+    if (!tc) continue;
+    tc->prev = NULL;
+    tc->next = caches;
+    if (caches) caches->prev = tc;
+    caches = tc;
+    caches_n++;
+    runs_n += tc->run != 0;
   }
-  atomic_store_explicit(&fm_pool.caches_live, fm_tc != &fm_tc_empty, memory_order_relaxed);
+  struct fm_tag *mine = me ? me->t : NULL;
+  uint32_t used = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
+  atomic_store_explicit(&fm_pool.tags_free, 0, memory_order_relaxed);
+  for (uint32_t i = used; i-- > 0;) {
+    struct fm_tag *t = &fm_pool.tags[i];
+    if (t == mine) continue;
+    atomic_store_explicit(&t->remote, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->live, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->draining, 0, memory_order_relaxed);
+    t->pending = 0;
+    tag_push(t);
+  }
+  tags_held = mine != NULL;
+  atomic_store_explicit(&fm_pool.caches_live, me != NULL, memory_order_relaxed);
 }
 
 /* Blocks of class c sitting in thread caches (read without the threads' help: approximate

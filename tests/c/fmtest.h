@@ -1,5 +1,7 @@
 /* Helpers shared by the C tests: failure reporting, the "are we running under flatmalloc" proof,
- * a seeded generator and tag-derived block patterns.
+ * a seeded generator, tag-derived block patterns and blocks that carry them, the statistics
+ * (bytes in use, a number of flatmalloc_stats_json, the heap check), threads, and threads that
+ * hold every owner tag.
  *
  * Every test runs with libflatmalloc.so preloaded and fails when flatmalloc_version() cannot be
  * resolved. `--libc` as the first argument runs a test against the system allocator instead (to
@@ -12,6 +14,8 @@
 #endif
 #include <dlfcn.h>
 #include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -158,5 +162,133 @@ __attribute__((unused)) static size_t fmt_find_bad(const void *p, size_t from, s
                  (void *)(p), bad_, (size_t)(from), (size_t)(to), ((const uint8_t *)(p))[bad_], \
                  fmt_byte((tag), bad_), (what));                                            \
     } while (0)
+
+/* ---- blocks that carry their pattern ---- */
+
+typedef struct {
+    unsigned char *p;
+    size_t size;
+    uint64_t tag;
+} fmt_blk;
+
+/* malloc(size) into b, filled with tag's pattern; fails naming who asked. */
+__attribute__((unused)) static void fmt_blk_new(fmt_blk *b, size_t size, uint64_t tag, const char *who)
+{
+    b->p = malloc(size);
+    CHECK(b->p != NULL, "%s: malloc(%zu) returned NULL", who, size);
+    b->size = size;
+    b->tag = tag;
+    fmt_fill(b->p, 0, size, tag);
+}
+
+/* Checks b's pattern (who: whose block, for the message), frees it and clears b. */
+__attribute__((unused)) static void fmt_blk_free(fmt_blk *b, const char *who)
+{
+    CHECK_PATTERN(b->p, 0, b->size, b->tag, who);
+    free(b->p);
+    b->p = NULL;
+}
+
+/* ---- statistics ---- */
+
+/* Bytes in use as mallinfo2 counts them (flatmalloc also takes the calling thread's remotely
+ * freed blocks home first). */
+__attribute__((unused)) static size_t fmt_in_use(void)
+{
+    return mallinfo2().uordblks;
+}
+
+/* The number after the first `key` (e.g. "\"with_cache\":") in flatmalloc_stats_json's text.
+ * One caller at a time (a static buffer). */
+__attribute__((unused)) static uint64_t fmt_stat(const char *key)
+{
+    static char buf[64 << 10];
+    size_t (*json)(char *, size_t) = (size_t (*)(char *, size_t))fmt_sym("flatmalloc_stats_json");
+    CHECK(json, "flatmalloc_stats_json not found");
+    json(buf, sizeof buf);
+    const char *c = strstr(buf, key);
+    CHECK(c, "no %s in the statistics: %.300s", key, buf);
+    return strtoull(c + strlen(key), NULL, 10);
+}
+
+/* flatmalloc_heap_check() must find no fault (nothing to check without flatmalloc). */
+__attribute__((unused)) static void fmt_heap_ok(const char *when)
+{
+    int (*heap_check)(void) = (int (*)(void))fmt_sym("flatmalloc_heap_check");
+    if (heap_check)
+        CHECK(heap_check() == 0, "flatmalloc_heap_check found faults %s", when);
+}
+
+/* ---- threads ---- */
+
+/* Starts fn(arg) on a thread with a stack of `stack` bytes (0: the default). */
+__attribute__((unused)) static pthread_t fmt_thread(void *(*fn)(void *), void *arg, size_t stack)
+{
+    pthread_attr_t a;
+    pthread_t t;
+    pthread_attr_init(&a);
+    if (stack)
+        CHECK(pthread_attr_setstacksize(&a, stack) == 0, "pthread_attr_setstacksize(%zu)", stack);
+    int e = pthread_create(&t, &a, fn, arg);
+    CHECK(e == 0, "pthread_create: %s", strerror(e));
+    pthread_attr_destroy(&a);
+    return t;
+}
+
+__attribute__((unused)) static void fmt_join(pthread_t t)
+{
+    int e = pthread_join(t, NULL);
+    CHECK(e == 0, "pthread_join: %s", strerror(e));
+}
+
+/* ---- threads that hold every owner tag ---- */
+#define FM_TAGS 250 /* src/types.h: threads whose blocks carry their own LIVE value at once */
+#define WITH_TAG() (fmt_flatmalloc ? fmt_stat("\"with_tag\":") : 0)
+#define FMT_HOLDERS_MAX 300
+static pthread_t fmt_holder[FMT_HOLDERS_MAX];
+static int fmt_nholders, fmt_hold_started, fmt_hold_release;
+static pthread_mutex_t fmt_hold_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fmt_hold_cv = PTHREAD_COND_INITIALIZER;
+
+__attribute__((unused)) static void *fmt_holder_thread(void *arg)
+{
+    free(malloc(16)); /* a cache, and a tag while one is free */
+    pthread_mutex_lock(&fmt_hold_mu);
+    fmt_hold_started++;
+    pthread_cond_broadcast(&fmt_hold_cv);
+    while (!fmt_hold_release)
+        pthread_cond_wait(&fmt_hold_cv, &fmt_hold_mu);
+    pthread_mutex_unlock(&fmt_hold_mu);
+    return arg;
+}
+
+/* Starts threads (64 KiB stacks) until `tags` tags are held, so that threads started next have
+ * none (under --libc: 250 threads). */
+__attribute__((unused)) static void fmt_hold_tags(uint64_t tags)
+{
+    fmt_hold_release = 0;
+    for (uint64_t held; (held = fmt_flatmalloc ? WITH_TAG() : (uint64_t)fmt_nholders) < tags;) {
+        CHECK(fmt_nholders + (int)(tags - held) <= FMT_HOLDERS_MAX, "%d threads started, %llu tags held, wanted %llu",
+              fmt_nholders, (unsigned long long)held, (unsigned long long)tags);
+        for (uint64_t k = held; k < tags; k++)
+            fmt_holder[fmt_nholders++] = fmt_thread(fmt_holder_thread, NULL, 32 << 10);
+        pthread_mutex_lock(&fmt_hold_mu);
+        while (fmt_hold_started < fmt_nholders)
+            pthread_cond_wait(&fmt_hold_cv, &fmt_hold_mu);
+        pthread_mutex_unlock(&fmt_hold_mu);
+    }
+}
+
+/* Lets the holders exit and joins them. */
+__attribute__((unused)) static void fmt_release_tags(void)
+{
+    pthread_mutex_lock(&fmt_hold_mu);
+    fmt_hold_release = 1;
+    pthread_cond_broadcast(&fmt_hold_cv);
+    pthread_mutex_unlock(&fmt_hold_mu);
+    for (int i = 0; i < fmt_nholders; i++)
+        fmt_join(fmt_holder[i]);
+    fmt_nholders = fmt_hold_started = 0;
+}
 
 #endif

@@ -10,14 +10,14 @@
 #   bench/contention.sh --threads "2 400" --reps 5 --ops 1000000 --allocators glibc,flatmalloc
 #
 # Medians go to stdout as a table; raw.csv to bench/results/contention-<date>/. Each run has a
-# 120 s limit (a run past it counts as failed and is shown as "-"). --ops is per thread up to 256
+# 40 s limit (a run past it counts as failed and is shown as "-"). --ops is per thread up to 256
 # threads, shared out past that (bench/scale.c).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../scripts/lib.sh
 . "$here/../scripts/lib.sh"
 
-threads="1 2 64 300 1000 4000" reps=3 ops=1000000 allocs_arg=''
+threads="1 2 64 300 1000 4000" reps=3 ops=400000 allocs_arg=''
 while [ $# -gt 0 ]; do
   case "$1" in
     --threads) threads=$2; shift ;;
@@ -54,7 +54,7 @@ for r in $(seq 1 "$reps"); do
   for t in $threads; do
     for mode in own xchg; do
       for a in "${allocs[@]}"; do
-        res=$(env ${LIB[$a]:+LD_PRELOAD=${LIB[$a]}} timeout 120 "$fm_build/bench/scale" "$mode" --threads "$t" --ops "$ops" 2>/dev/null) || res=''
+        res=$(env ${LIB[$a]:+LD_PRELOAD=${LIB[$a]}} timeout 40 "$fm_build/bench/scale" "$mode" --threads "$t" --ops "$ops" 2>/dev/null) || res=''
         mops=$(sed -n "s/^$mode,t${t}_mops_per_s,//p" <<<"$res")
         rss=$(sed -n "s/^$mode,t${t}_rss_kb,//p" <<<"$res")
         hwm=$(sed -n "s/^$mode,t${t}_hwm_kb,//p" <<<"$res")
@@ -67,7 +67,7 @@ done
 echo "threads,mode,calls,locks,waits,shared_rmw" >"$out/counters.csv"
 for t in $threads; do
   for mode in own xchg; do
-    res=$(LD_PRELOAD=$counters/preload/libflatmalloc.so timeout 120 "$fm_build/bench/scale" "$mode" --threads "$t" --ops "$ops" 2>&1) || true
+    res=$(LD_PRELOAD=$counters/preload/libflatmalloc.so timeout 40 "$fm_build/bench/scale" "$mode" --threads "$t" --ops "$ops" 2>&1) || true
     calls=$(( t > 256 ? ops / 2 * 2 * 256 : ops / 2 * 2 * t ))   # as scale.c shares --ops out
     c=$(sed -n 's/.*flatmalloc counters: locks=\([0-9]*\) waits=\([0-9]*\) shared_rmw=\([0-9]*\).*/\1,\2,\3/p' <<<"$res")
     echo "$t,$mode,$calls,${c:-,,}" >>"$out/counters.csv"

@@ -64,13 +64,13 @@ for r in $(seq 1 "$reps"); do
   done
 done
 
-echo "threads,mode,calls,locks,waits,shared_rmw" >"$out/counters.csv"
+echo "threads,mode,calls,locks,waits,shared_rmw,heap_locks" >"$out/counters.csv"
 for t in $threads; do
   for mode in own xchg; do
     res=$(LD_PRELOAD=$counters/preload/libflatmalloc.so timeout 40 "$fm_build/bench/scale" "$mode" --threads "$t" --ops "$ops" 2>&1) || true
     calls=$(( t > 256 ? ops / 2 * 2 * 256 : ops / 2 * 2 * t ))   # as scale.c shares --ops out
-    c=$(sed -n 's/.*flatmalloc counters: locks=\([0-9]*\) waits=\([0-9]*\) shared_rmw=\([0-9]*\).*/\1,\2,\3/p' <<<"$res")
-    echo "$t,$mode,$calls,${c:-,,}" >>"$out/counters.csv"
+    c=$(sed -n 's/.*flatmalloc counters: locks=\([0-9]*\) waits=\([0-9]*\) shared_rmw=\([0-9]*\) heap_locks=\([0-9]*\).*/\1,\2,\3,\4/p' <<<"$res")
+    echo "$t,$mode,$calls,${c:-,,,}" >>"$out/counters.csv"
   done
 done
 
@@ -103,11 +103,12 @@ for t, m in keys:
     print("| %d | %s | " % (t, m) + " | ".join(cell(a) for a in allocs) + " | %s |" % ("%.2f" % (f / g) if g and f else "-"))
 print()
 print("flatmalloc, instrumented build, per million calls")
-print("| threads | mode | shared-lock acquisitions | waits | atomic RMWs on shared lines |")
-print("|---|---|---|---|---|")
+print("| threads | mode | shared-lock acquisitions | of them the heap's | waits | atomic RMWs on shared lines |")
+print("|---|---|---|---|---|---|")
 for r in csv.DictReader(open(out + "/counters.csv")):
     if not r["locks"]:
-        print("| %s | %s | - | - | - |" % (r["threads"], r["mode"])); continue
+        print("| %s | %s | - | - | - | - |" % (r["threads"], r["mode"])); continue
     n = int(r["calls"]) / 1e6
-    print("| %s | %s | %.0f | %.1f | %.0f |" % (r["threads"], r["mode"], int(r["locks"]) / n, int(r["waits"]) / n, int(r["shared_rmw"]) / n))
+    print("| %s | %s | %.0f | %.1f | %.1f | %.0f |" % (r["threads"], r["mode"], int(r["locks"]) / n, int(r["heap_locks"]) / n,
+                                                    int(r["waits"]) / n, int(r["shared_rmw"]) / n))
 EOF

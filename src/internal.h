@@ -13,9 +13,10 @@ static inline bool pool_ready(void) { return atomic_load_explicit(&fm_pool.state
  * check.c made sure that no program thread holds one or waits for one (lockers is 0; it is
  * counted before the lock is taken and after it is released, so it covers the whole hold). */
 /* The contention counters of an instrumented build (meson -Dcounters=true, bench/README.md):
- * acquisitions of a lock shared by threads, the acquisitions that had to wait, and atomic
- * read-modify-writes on a line other threads write. Nothing in a normal build. */
-enum { CNT_LOCK, CNT_WAIT, CNT_RMW, CNT_N };
+ * acquisitions of a lock shared by threads, the acquisitions that had to wait, atomic
+ * read-modify-writes on a line other threads write, and of the locks the heap's (the one lock
+ * not per CPU). Nothing in a normal build. */
+enum { CNT_LOCK, CNT_WAIT, CNT_RMW, CNT_HEAP, CNT_N };
 #ifdef FM_COUNTERS
 hidden extern _Atomic uint64_t fm_counters[CNT_N];
 #define fm_count(x) atomic_fetch_add_explicit(&fm_counters[x], 1, memory_order_relaxed)

@@ -255,6 +255,13 @@ static void release_over_budget(uint32_t moved) {
   }
 }
 
+/* The heap's lock: the one lock every thread may take (a span or large block taken or given
+ * back), which the instrumented build counts apart. */
+static void heap_lock(void) {
+  fm_count(CNT_HEAP);
+  fm_lock(&H.lock);
+}
+
 /* ---- runs -------------------------------------------------------------------------------- */
 /* Makes [from, to) of an array of per-chunk entries of `each` bytes accessible. */
 static bool commit_entries(const void *array, size_t each, uint32_t from, uint32_t to) {
@@ -351,7 +358,7 @@ void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t 
 }
 
 static int64_t alloc_kind(uint32_t len, unsigned owner, uint8_t kind) {
-  fm_lock(&H.lock);
+  heap_lock();
   int64_t i = take(len, owner, kind);
   if (i >= 0) release_over_budget(len);
   fm_unlock(&H.lock);
@@ -366,7 +373,7 @@ int64_t span_alloc_arena(uint32_t len) { return alloc_kind(len, FM_CLASS_MAX, RU
 /* Run for a large block whose address is a multiple of align (a power of two above the chunk). */
 int64_t span_alloc_aligned(uint32_t len, size_t align) {
   uint32_t align_chunks = (uint32_t)(align >> fm_pool.chunk_shift);
-  fm_lock(&H.lock);
+  heap_lock();
   int64_t i = take(len + align_chunks - 1, FM_CLASS_MAX, RUN_LARGE);
   if (i >= 0) {
     uintptr_t at = fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift);
@@ -388,7 +395,7 @@ int64_t span_alloc_aligned(uint32_t len, size_t align) {
 
 /* Releases the run at i (a span, large block or arena run) and merges it with free neighbours. */
 void span_free(uint32_t i) {
-  fm_lock(&H.lock);
+  heap_lock();
   if (i < H.quarantine) goto out;   /* a parent's run: leave it alone */
   struct fm_run *r = R(i);
   uint32_t len = r->len, freed = len;
@@ -429,7 +436,7 @@ out:
 /* Grows (into the free run after it, or top) or shrinks the large run at i to len chunks. */
 bool span_resize(uint32_t i, uint32_t len) {
   bool ok = false;
-  fm_lock(&H.lock);
+  heap_lock();
   struct fm_run *r = R(i);
   uint32_t have = r->len, end = i + have;
   if (i < H.quarantine) goto out;
@@ -472,7 +479,7 @@ out:
  * or when the records are damaged. */
 int span_kind_at(uint32_t i) {
   int kind = 0;
-  fm_lock(&H.lock);
+  heap_lock();
   for (uint32_t j = H.quarantine; i >= H.quarantine && j < H.top;) {
     struct fm_run *r = R(j);
     if (!r->len || r->len > H.top - j) break;
@@ -488,7 +495,7 @@ int span_kind_at(uint32_t i) {
 
 /* malloc_trim: every free page goes back, oldest runs first. */
 int span_trim(void) {
-  fm_lock(&H.lock);
+  heap_lock();
   int any = H.dirty != 0;
   while (H.oldest) release_run(H.oldest - 1, UINT32_MAX, UINT32_MAX);
   fm_unlock(&H.lock);
@@ -512,7 +519,7 @@ void span_after_fork(void) {
 }
 
 void span_stats(struct span_stats *s) {
-  fm_lock(&H.lock);
+  heap_lock();
   size_t shift = fm_pool.chunk_shift;
   *s = (struct span_stats){.used = H.used << shift, .used_peak = H.used_peak << shift, .free = H.listed << shift,
                            .dirty = H.dirty << shift, .top = (size_t)H.top << shift, .released = H.released,
@@ -524,7 +531,7 @@ void span_stats(struct span_stats *s) {
 int span_check(void) {
   int faults = 0;
   uint64_t used = 0, listed = 0, dirty = 0;
-  fm_lock(&H.lock);
+  heap_lock();
   bool prev_free = false;
   for (uint32_t i = H.quarantine; i < H.top;) {
     struct fm_run *r = R(i);

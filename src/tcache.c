@@ -29,7 +29,7 @@ _Atomic uint64_t fm_counters[CNT_N];
 __attribute__((destructor)) static void counters_report(void) {
   char buf[160];
   struct fmt f = {buf, sizeof buf, 0};
-  static const char *const names[CNT_N] = {"flatmalloc counters: locks=", " waits=", " shared_rmw="};
+  static const char *const names[CNT_N] = {"flatmalloc counters: locks=", " waits=", " shared_rmw=", " heap_locks="};
   for (unsigned i = 0; i < CNT_N; i++) {
     fmt_str(&f, names[i]);
     fmt_u64(&f, atomic_load(&fm_counters[i]), 0);
@@ -364,7 +364,7 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
   if (last >= fm_pool.nclass) last = fm_pool.nclass - 1;
   outbox_flush(tc);
   if (tc->t) remote_collect(tc->t, tc, FM_COLLECT);
-  else if (tc->base[1] && tag_free()) tag_take(tc);
+  else if (tc->run && tag_free()) tag_take(tc);   /* (a thread's cache: not the empty one, nor check.c's native one) */
   unsigned sh = shard_now(tc);
   for (unsigned k = c; k <= last; k++) {
     unsigned k1 = k + 1;

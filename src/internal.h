@@ -120,9 +120,9 @@ hidden uint64_t tcache_cached(unsigned c);
 hidden int tcache_check(void);
 hidden void tcache_after_fork(void);
 hidden void tcache_collect(void);
-/* caches: all of them (threads' and check.c's native one); threads: threads holding one;
- * tagged: threads holding a tag; bytes: the heap runs the caches take */
-struct tcache_stats { uint64_t caches, threads, tagged, bytes; };
+/* threads: threads holding a cache; tagged: threads holding a tag; bytes: the heap runs the
+ * caches take */
+struct tcache_stats { uint64_t threads, tagged, bytes; };
 hidden void tcache_stats(struct tcache_stats *s);
 
 /* The thread cache's pop, for fast.h and the heap profiler: the newest block of tc's bin c1

@@ -1,17 +1,12 @@
 /* The pool: reserve it, lay it out, and leave a fork child a usable one. slow.c starts it up
  * (reading the settings, then every other file's set-up). */
 #include <errno.h>
-#include <pthread.h>
-#include <sched.h>
-#include <string.h>
 
 #include "fmt.h"
 #include "internal.h"
 #include "os.h"
 
-
 struct fm_pool fm_pool;
-
 
 /* ---- layout ----------------------------------------------------------------------------- */
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }

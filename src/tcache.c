@@ -235,7 +235,8 @@ static void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p) {
 /* Every cache, for the statistics and the validator; changed at thread start and exit only. */
 static pthread_mutex_t caches_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fm_tcache *caches;
-static uint32_t caches_n, runs_n, tags_held;   /* under caches_lock (runs_n: caches in heap runs) */
+static uint32_t runs_n;      /* caches in heap runs, under caches_lock */
+static uint32_t tags_held;   /* threads holding a tag (atomic) */
 
 /* Gives tc a tag: its blocks from now on carry the tag's LIVE value and it frees them with
  * plain stores. The blocks it handed out before stay LIVE for anyone. */
@@ -268,23 +269,11 @@ static uint32_t cache_chunks(void) {
   return (uint32_t)((bytes + ((size_t)1 << fm_pool.chunk_shift) - 1) >> fm_pool.chunk_shift);
 }
 
-static void cache_init(struct fm_tcache *tc);
-
-/* A new cache in a run of the heap (the large area's), with empty bins and no room: it grows
- * by demand. The run is not a large block: free() of any address in it stops the program. */
-static struct fm_tcache *cache_new(void) {
-  int64_t i = span_alloc(cache_chunks(), FM_CLASS_MAX, true);
-  if (i < 0) return NULL;
-  struct fm_tcache *tc = (struct fm_tcache *)(fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift));
-  cache_init(tc);
-  tc->run = (uint32_t)i + 1;
-  __atomic_fetch_add(&runs_n, 1, __ATOMIC_RELAXED);
-  return tc;
-}
-
-/* Sets cache tc up, empty, without a tag, and links it in the list of caches. */
-static void cache_init(struct fm_tcache *tc) {
+/* Sets cache tc up (in heap run `run`: first chunk + 1, 0 for none), empty, without a tag, and
+ * links it in the list of caches. */
+static void cache_init(struct fm_tcache *tc, uint32_t run) {
   memset(tc, 0, offsetof(struct fm_tcache, b));
+  tc->run = run;
   tc->earned = FM_TC_START;
   tc->tag = ST_LIVE;
   tc->own = ST_NONE;
@@ -295,8 +284,18 @@ static void cache_init(struct fm_tcache *tc) {
   tc->next = caches;
   if (caches) caches->prev = tc;
   caches = tc;
-  caches_n++;
+  runs_n += run != 0;
   fm_unlock(&caches_lock);
+}
+
+/* A new cache in a run of the heap (the large area's), with empty bins and no room: it grows
+ * by demand. The run is not a large block: free() of any address in it stops the program. */
+static struct fm_tcache *cache_new(void) {
+  int64_t i = span_alloc(cache_chunks(), FM_CLASS_MAX, true);
+  if (i < 0) return NULL;
+  struct fm_tcache *tc = (struct fm_tcache *)(fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift));
+  cache_init(tc, (uint32_t)i + 1);
+  return tc;
 }
 
 static void cache_free(struct fm_tcache *tc) {
@@ -304,7 +303,6 @@ static void cache_free(struct fm_tcache *tc) {
   if (tc->prev) tc->prev->next = tc->next;
   else caches = tc->next;
   if (tc->next) tc->next->prev = tc->prev;
-  caches_n--;
   runs_n--;
   fm_unlock(&caches_lock);
   span_free(tc->run - 1);
@@ -348,7 +346,6 @@ static struct fm_tcache *tcache_mine(void) {
 
 void tcache_stats(struct tcache_stats *s) {
   fm_lock(&caches_lock);
-  s->caches = caches_n;
   s->threads = atomic_load_explicit(&fm_pool.caches_live, memory_order_relaxed);
   s->tagged = __atomic_load_n(&tags_held, __ATOMIC_RELAXED);
   s->bytes = (uint64_t)runs_n * cache_chunks() << fm_pool.chunk_shift;
@@ -416,7 +413,7 @@ static union {
 
 void tcache_native_setup(void) {
   struct fm_tcache *tc = &native_cache.tc;
-  cache_init(tc);
+  cache_init(tc, 0);
   tc_native = tc;
 }
 
@@ -490,7 +487,7 @@ void tcache_after_fork(void) {
   if (fm_lock_held(&caches_lock)) pthread_mutex_init(&caches_lock, NULL);
   struct fm_tcache *me = fm_tc != &fm_tc_empty ? fm_tc : NULL;
   caches = NULL;
-  caches_n = runs_n = 0;
+  runs_n = 0;
   struct fm_tcache *keep[2] = {me, tc_native != &fm_tc_empty && tc_native != me ? tc_native : NULL};
   for (unsigned i = 0; i < 2; i++) {
     struct fm_tcache *tc = keep[i];
@@ -499,7 +496,6 @@ void tcache_after_fork(void) {
     tc->next = caches;
     if (caches) caches->prev = tc;
     caches = tc;
-    caches_n++;
     runs_n += tc->run != 0;
   }
   struct fm_tag *mine = me ? me->t : NULL;

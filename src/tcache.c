@@ -151,11 +151,17 @@ static bool bin_grow(struct fm_tcache *tc, unsigned c, uint32_t more) {
   return true;
 }
 
-/* ---- remote stacks ----------------------------------------------------------------------- */
-/* A block another thread freed waits on its owner tag's remote stack, linked through its first
- * word. The link is mangled with a keyed mix of the block's own address: one read of a freed
- * block (even the last of a stack, whose link is 0) gives neither key, and the owner checks
- * every entry's state before it trusts the link. */
+/* ---- inboxes and remote stacks ---------------------------------------------------------- */
+/* A block another thread freed waits in its owner tag's inbox, a ring of addresses: a freeing
+ * thread reserves slots by moving the tail (one compare-exchange for a whole outbox) and writes
+ * the addresses; the holder takes them from the head, in order, and stops at a slot reserved
+ * but not yet written. A slot is zeroed when taken, before the head passes it, so a reservation
+ * always finds its slots empty. When the inbox is full the blocks go on the tag's remote stack,
+ * linked through their first words. Each link is mangled with a keyed mix of the block's own
+ * address: one read of a freed block (even the last of a stack, whose link is 0) gives neither
+ * key, and the owner checks every entry's state before it trusts the link. */
+#define INBOX_HOLE 1u   /* a slot a fork's other threads reserved and will never write */
+
 static uintptr_t mix(const void *p) {
   uint64_t x = ((uintptr_t)p ^ fm_pool.key) * 0x9e3779b97f4a7c15ull;
   x = (x ^ x >> 29) * fm_pool.link_key;
@@ -166,9 +172,34 @@ static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st);
 
 static uintptr_t pending(const struct fm_tag *t) { return __atomic_load_n(&t->pending, __ATOMIC_RELAXED); }
 
-/* Takes up to `most` blocks of tag t's remote stack home: into to's caches, or with to NULL
- * straight to their classes. */
-static void remote_collect(struct fm_tag *t, struct fm_tcache *to, uint32_t most) {
+/* REMOTE block p comes home: CACHED, into to's cache, or with to NULL straight to its class. */
+static void remote_home(struct fm_tcache *to, void *p, int c, fm_st *st) {
+  if (st_load(st) != ST_REMOTE) fault_stop("double free (by two threads at once)", p, c);
+  st_store(st, ST_CACHED);
+  if (to) put(to, p, (unsigned)c, st);
+  else class_give((unsigned)c, 0, &(struct fm_blk){p, st}, 1);
+}
+
+/* Takes up to `most` blocks of tag t's inbox home; returns how many. */
+static uint32_t inbox_take(struct fm_tag *t, struct fm_tcache *to, uint32_t most) {
+  uint32_t head = atomic_load_explicit(&t->head, memory_order_relaxed), n = 0;
+  for (; n < most; n++, head++) {
+    _Atomic uintptr_t *slot = &t->inbox[head % FM_INBOX];
+    uintptr_t v = atomic_load_explicit(slot, memory_order_acquire);
+    if (!v) break;
+    atomic_store_explicit(slot, 0, memory_order_relaxed);
+    if (v == INBOX_HOLE) continue;
+    fm_st *st;
+    int c = class_find((void *)v, &st);
+    if (c < 0) fault_stop("a block freed by another thread was damaged (written after free)", (void *)v, class_at((void *)v));
+    remote_home(to, (void *)v, c, st);
+  }
+  if (n) atomic_store_explicit(&t->head, head, memory_order_release);
+  return n;
+}
+
+/* Takes up to `most` blocks of tag t's remote stack home. */
+static void stack_take(struct fm_tag *t, struct fm_tcache *to, uint32_t most) {
   if (!pending(t)) {
     if (!atomic_load_explicit(&t->remote, memory_order_relaxed)) return;
     fm_count(CNT_RMW);
@@ -180,55 +211,86 @@ static void remote_collect(struct fm_tag *t, struct fm_tcache *to, uint32_t most
     int c = class_find(p, &st);
     if (c < 0) fault_stop("a block freed by another thread was damaged (written after free)", p, class_at(p));
     uintptr_t next = *(uintptr_t *)p ^ mix(p);   /* p starts a block: its link may be read (and waited on) while its state is */
-    if (st_load(st) != ST_REMOTE) fault_stop("double free (by two threads at once)", p, c);
+    remote_home(to, p, c, st);                   /* (a state not REMOTE stops here, before the link is followed) */
     __atomic_store_n(&t->pending, next, __ATOMIC_RELAXED);
-    st_store(st, ST_CACHED);
-    if (to) put(to, p, (unsigned)c, st);
-    else class_give((unsigned)c, 0, &(struct fm_blk){p, st}, 1);
   }
 }
 
-/* A tag no thread holds has no owner to take its stack home: whoever finds blocks there drains
- * it, one thread at a time, and the next thread to hold the tag waits for that to end. (Each
- * side writes, then reads what the other writes: sequentially consistent.) */
+/* Takes up to `most` blocks of tag t home (inbox first): into to's caches, or with to NULL
+ * straight to their classes. */
+static void remote_collect(struct fm_tag *t, struct fm_tcache *to, uint32_t most) {
+  uint32_t n = inbox_take(t, to, most);
+  if (n < most) stack_take(t, to, most - n);
+}
+
+/* Whether tag t has blocks waiting (a slot reserved and not yet written counts). */
+static bool remote_waiting(const struct fm_tag *t) {
+  return pending(t) || atomic_load_explicit(&t->remote, memory_order_relaxed) ||
+         atomic_load_explicit(&t->tail, memory_order_relaxed) != atomic_load_explicit(&t->head, memory_order_relaxed);
+}
+
+/* A tag no thread holds has no owner to take its blocks home: whoever finds blocks there
+ * drains it, one thread at a time, and the next thread to hold the tag waits for that to end.
+ * (Each side writes, then reads what the other writes: sequentially consistent.) A slot
+ * reserved and not yet written is waited for: its writer is a few instructions from writing it,
+ * and may have looked at `live` before it turned 0. */
 static void remote_orphans(struct fm_tag *o) {
-  while (!atomic_load(&o->live) && (pending(o) || atomic_load(&o->remote))) {
+  while (!atomic_load(&o->live) && remote_waiting(o)) {
     if (atomic_exchange(&o->draining, 1)) return;   /* the drainer looks again when it is done */
-    if (!atomic_load(&o->live))
-      while (pending(o) || atomic_load_explicit(&o->remote, memory_order_relaxed)) remote_collect(o, NULL, UINT32_MAX);
+    if (!atomic_load(&o->live)) {
+      for (;;) {
+        if (inbox_take(o, NULL, UINT32_MAX)) continue;
+        if (atomic_load(&o->tail) == atomic_load(&o->head)) break;
+        sched_yield();   /* a slot reserved and not yet written */
+      }
+      while (pending(o) || atomic_load_explicit(&o->remote, memory_order_relaxed)) stack_take(o, NULL, UINT32_MAX);
+    }
     atomic_store(&o->draining, 0);
   }
 }
 
-/* Pushes the chain first..last (linked but for last) on owner's remote stack in one step. */
-static void remote_push(struct fm_tag *owner, void *first, void *last) {
-  uintptr_t h = atomic_load_explicit(&owner->remote, memory_order_relaxed);
-  do {
+/* Sends n REMOTE blocks p[] to owner's inbox, or, when it has no room for them, chains them
+ * on its remote stack in one push. */
+static void remote_send(struct fm_tag *owner, void *const *p, uint32_t n) {
+  uint32_t tail = atomic_load_explicit(&owner->tail, memory_order_relaxed);
+  for (;;) {
+    uint32_t head = atomic_load_explicit(&owner->head, memory_order_acquire);
+    if (tail + n - head > FM_INBOX) {
+      for (uint32_t j = 1; j < n; j++) *(uintptr_t *)p[j - 1] = (uintptr_t)p[j] ^ mix(p[j - 1]);
+      uintptr_t h = atomic_load_explicit(&owner->remote, memory_order_relaxed);
+      do {
+        fm_count(CNT_RMW);
+        *(uintptr_t *)p[n - 1] = h ^ mix(p[n - 1]);
+      } while (!atomic_compare_exchange_weak(&owner->remote, &h, (uintptr_t)p[0]));
+      break;
+    }
     fm_count(CNT_RMW);
-    *(uintptr_t *)last = h ^ mix(last);
-  } while (!atomic_compare_exchange_weak(&owner->remote, &h, (uintptr_t)first));
+    if (atomic_compare_exchange_weak_explicit(&owner->tail, &tail, tail + n, memory_order_relaxed, memory_order_relaxed)) {
+      for (uint32_t j = 0; j < n; j++) atomic_store_explicit(&owner->inbox[(tail + j) % FM_INBOX], (uintptr_t)p[j], memory_order_release);
+      break;
+    }
+  }
   if (!atomic_load(&owner->live)) remote_orphans(owner);
 }
 
 static void outbox_flush(struct fm_tcache *tc) {
   if (!tc->out_n) return;
+  remote_send(tc->out_to, tc->out, tc->out_n);
   tc->out_n = 0;
-  remote_push(tc->out_to, tc->out_first, tc->out_last);
 }
 
-/* REMOTE block p of owner's goes home: chained in tc's outbox, which goes out in one push when
- * it is full, holds another owner's blocks, or tc refills, flushes statistics or exits (so a
- * thread holds at most FM_OUTBOX blocks of others). */
+/* REMOTE block p of owner's goes home: into tc's outbox, which is sent in one step when it is
+ * full, holds another owner's blocks, or tc refills, flushes statistics or exits (so a thread
+ * holds at most FM_OUTBOX blocks of others). */
 static void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p) {
   if (tc == &fm_tc_empty) {
-    remote_push(owner, p, p);
+    remote_send(owner, &p, 1);
     return;
   }
   if (tc->out_n && tc->out_to != owner) outbox_flush(tc);
-  if (tc->out_n) *(uintptr_t *)p = (uintptr_t)tc->out_first ^ mix(p);
-  else tc->out_to = owner, tc->out_last = p;
-  tc->out_first = p;
-  if (++tc->out_n == FM_OUTBOX) outbox_flush(tc);
+  tc->out_to = owner;
+  tc->out[tc->out_n++] = p;
+  if (tc->out_n == FM_OUTBOX) outbox_flush(tc);
 }
 
 /* ---- caches in and out ------------------------------------------------------------------- */
@@ -474,15 +536,18 @@ void tcache_collect(void) {
   if (tc == &fm_tc_empty) return;
   outbox_flush(tc);
   if (!tc->t) return;
-  while (pending(tc->t) || atomic_load_explicit(&tc->t->remote, memory_order_relaxed)) remote_collect(tc->t, tc, UINT32_MAX);
+  while (inbox_take(tc->t, tc, UINT32_MAX)) {}
+  while (pending(tc->t) || atomic_load_explicit(&tc->t->remote, memory_order_relaxed)) stack_take(tc->t, tc, UINT32_MAX);
 }
 
 /* Fork child: only this thread goes on. The other threads' caches are never used again: they
  * leave the list (their runs and blocks stay where they are, a copy-on-write loss only, which
- * the statistics no longer count as caches). Their tags are free again, with what waited on
- * their remote stacks abandoned the same way (a drain a parent's thread was in the middle of
- * cannot be finished); what the child frees of their blocks goes home through the tag as
- * through any free tag's: drained as orphans, or to the child's thread that takes it. */
+ * the statistics no longer count as caches). Their tags are free again, with what waited in
+ * their inboxes and on their remote stacks abandoned the same way (a drain a parent's thread
+ * was in the middle of cannot be finished); what the child frees of their blocks goes home
+ * through the tag as through any free tag's: drained as orphans, or to the child's thread that
+ * takes it. In this thread's own inbox, the slots other threads reserved and had not written
+ * are holes its drain steps over. */
 void tcache_after_fork(void) {
   if (fm_lock_held(&caches_lock)) pthread_mutex_init(&caches_lock, NULL);
   struct fm_tcache *me = fm_tc != &fm_tc_empty ? fm_tc : NULL;
@@ -499,6 +564,9 @@ void tcache_after_fork(void) {
     runs_n += tc->run != 0;
   }
   struct fm_tag *mine = me ? me->t : NULL;
+  if (mine)
+    for (uint32_t i = mine->head; i != mine->tail; i++)
+      if (!mine->inbox[i % FM_INBOX]) mine->inbox[i % FM_INBOX] = INBOX_HOLE;
   uint32_t used = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
   atomic_store_explicit(&fm_pool.tags_free, 0, memory_order_relaxed);
   for (uint32_t i = used; i-- > 0;) {
@@ -508,6 +576,8 @@ void tcache_after_fork(void) {
     atomic_store_explicit(&t->live, 0, memory_order_relaxed);
     atomic_store_explicit(&t->draining, 0, memory_order_relaxed);
     t->pending = 0;
+    if (t->head != t->tail) memset((void *)t->inbox, 0, sizeof t->inbox);
+    t->head = t->tail = 0;
     tag_push(t);
   }
   tags_held = mine != NULL;

@@ -48,21 +48,24 @@
  * state address beside it, so malloc() writes the state without looking the span up. A state
  * is FREE (in its span; 0, so fresh memory needs no set-up), CACHED (in a thread cache; ZERO
  * when it was never handed out and its pages never written), REMOTE (freed by a thread that
- * does not own it, on its owner's remote stack) or LIVE: OWNED + tag when a thread holding a
+ * does not own it, waiting for its owner) or LIVE: OWNED + tag when a thread holding a
  * tag handed it out, LIVE when a thread without one did.
  *
  * ONE WRITER PER STATE, AND HOW A BLOCK FREED BY ANOTHER THREAD GETS HOME (tcache.c). A tag is
- * one of FM_TAGS LIVE values, each with a remote stack, in the meta area; a thread holds one
+ * one of FM_TAGS LIVE values, each with an inbox, in the meta area; a thread holds one
  * while one is free (it takes one at its first call, or at a later refill once one is free;
  * gives it back at exit). The thread holding a LIVE block's tag is the only one that writes its
  * state with plain stores: free() of its own block (LIVE -> CACHED) and malloc() (CACHED -> its
  * LIVE) are plain loads and stores, no atomic step on the hot pair. Any other thread frees it
- * with one compare-exchange LIVE -> REMOTE and chains it in its outbox, which goes onto the
- * tag's remote stack in one push (full, another tag's block, or the freeing thread's refill or
- * exit); the holder takes up to FM_COLLECT blocks of its stack home at each refill, and a block
- * whose state is no longer REMOTE there was freed twice (two threads at once: the owner's plain
+ * with one compare-exchange LIVE -> REMOTE and adds it to its outbox, which goes to the tag's
+ * inbox in one step (full, another tag's block, or the freeing thread's refill or exit): a ring
+ * of FM_INBOX addresses, so the holder takes them home without reading the blocks (a linked
+ * list through them costs a cache miss per block, each waiting for the last); only when the
+ * ring is full do they wait on a stack linked through the blocks. The holder takes up to
+ * FM_COLLECT blocks home at each refill, and a block whose state is no longer REMOTE there was
+ * freed twice (two threads at once: the owner's plain
  * store overwrote the exchange) and stops the program before the block is handed out again.
- * A tag no thread holds (its thread exited) is drained by whoever pushes onto it. Blocks that
+ * A tag no thread holds (its thread exited) is drained by whoever sends to it. Blocks that
  * a thread without a tag handed out are LIVE for anyone: any thread frees them with one
  * compare-exchange LIVE -> CACHED straight into its own cache (as tcmalloc's and jemalloc's
  * caches take any block), and of two racing frees only one wins. So the first 250 threads alive
@@ -97,7 +100,7 @@
  *
  * Memory flows: heap run -> span -> class buckets (or transfer cache) <-> thread cache <->
  * program, or heap run -> large block -> program, or heap run -> arena slab -> program; a block
- * freed by another thread: -> its tag's remote stack -> its owner's cache, or (no tag) -> the
+ * freed by another thread: -> its tag's inbox -> its owner's cache, or (no tag) -> the
  * freeing thread's cache; and back: a span with no block out, a freed large block, or an
  * arena's slab over its cap at a reset, is a free run again, and its pages go back to the
  * system when the oldest free memory passes the budget or on malloc_trim. */
@@ -137,7 +140,8 @@
 #define FM_TC_START (32u << 10)      /* a new thread's budget, which doubles by demand up to its share */
 #define FM_TC_EARN 256u              /* ... each time its bins could not grow this many times */
 #define FM_COLLECT 64u               /* remotely freed blocks one refill takes home at most */
-#define FM_OUTBOX 32u                /* another thread's blocks a thread gathers before one push */
+#define FM_OUTBOX 32u                /* another thread's blocks a thread gathers before one send */
+#define FM_INBOX 2048u               /* blocks other threads freed that wait in a tag's inbox */
 
 /* ---- do not modify ----------------------------------------------------------------------- */
 #define FM_ALIGN 16u                 /* every block starts on this boundary */
@@ -170,6 +174,7 @@ _Static_assert(FM_CLASS_MAX < 255, "class ids + 1 fit in the page map's byte");
 _Static_assert(FM_SPAN_BLOCKS / 64 / 8 <= 8, "the free-group summary fits in 64 bytes");
 _Static_assert(ST_OWNED + FM_TAGS <= ST_NONE, "every tag has a LIVE value of its own");
 _Static_assert((FM_SHARDS_MAX & (FM_SHARDS_MAX - 1)) == 0, "shards are a power of two");
+_Static_assert((FM_INBOX & (FM_INBOX - 1)) == 0 && FM_INBOX >= FM_OUTBOX, "an inbox is a ring that takes an outbox");
 _Static_assert((FM_ALIGN & (FM_ALIGN - 1)) == 0, "alignment is a power of two");
 
 /* What the fast paths need of a class, indexed by the page map's byte (class + 1);
@@ -197,15 +202,20 @@ struct fm_blk {
   fm_st *st;
 };
 
-/* An owner tag (ONE WRITER PER STATE): a LIVE value a thread holds while it runs, and the
- * stack on which other threads free the blocks handed out with it. In the meta area, FM_TAGS
- * of them, recycled through a lock-free stack; its own cache line, which other threads write. */
+/* An owner tag (ONE WRITER PER STATE): a LIVE value a thread holds while it runs, and where
+ * other threads free the blocks handed out with it: its inbox, a ring of addresses in the meta
+ * area (the holder takes them without reading the blocks, so the blocks' lines stay where they
+ * are and the addresses come eight to a line), and, when the inbox is full, a stack linked
+ * through the blocks (mangled links). FM_TAGS of them, recycled through a lock-free stack. */
 struct fm_tag {
-  _Atomic uintptr_t remote;   /* blocks other threads freed (mangled links) */
-  _Atomic uint32_t live;      /* a thread holds the tag; 0: its stack is anyone's to drain */
-  _Atomic uint32_t draining;  /* a thread drains the stack of a tag no thread holds */
+  _Atomic uintptr_t remote;   /* blocks freed when the inbox was full (mangled links) */
+  _Atomic uint32_t tail;      /* inbox slots reserved by freeing threads */
+  _Atomic uint32_t head;      /* first inbox slot not yet taken (the holder's, or a drainer's) */
+  _Atomic uint32_t live;      /* a thread holds the tag; 0: its blocks are anyone's to drain */
+  _Atomic uint32_t draining;  /* a thread drains the blocks of a tag no thread holds */
   uintptr_t pending;          /* blocks taken off the stack, not yet home (mangled links) */
   uint64_t next_free;         /* link on the stack of unused tags */
+  cacheline_aligned _Atomic uintptr_t inbox[FM_INBOX];   /* 0: empty, or reserved and not yet written */
 } cacheline_aligned;
 
 /* A thread cache: per class (indexed by class + 1, as the page map and the size table name
@@ -228,9 +238,9 @@ struct fm_tcache {
   uint32_t pressure;     /* times the bins could not grow since the budget last doubled */
   uint64_t earned;       /* the budget it earned by demand */
   struct fm_tcache *next, *prev;   /* the list of caches */
-  struct fm_tag *out_to;      /* outbox: blocks of another tag freed here, chained (mangled */
-  void *out_first, *out_last; /* links), pushed on out_to's remote stack in one step */
+  struct fm_tag *out_to;      /* outbox: blocks of tag out_to freed here, sent in one step */
   uint32_t out_n;
+  void *out[FM_OUTBOX];
   struct fm_blk *top[FM_BINS];
   struct fm_blk *lim[FM_BINS];
   struct fm_blk *base[FM_BINS];

@@ -1,13 +1,17 @@
-/* links: a block another thread freed waits for its owner linked through its first 8 bytes.
+/* links: a block another thread freed waits for its owner in the owner's inbox (a ring of
+ * FM_INBOX addresses below the heap) or, when that is full, linked through its first 8 bytes.
+ * Thread A allocates FM_INBOX + n blocks of 64 B, thread B frees them (each sent by B's next
+ * refill), so the first FM_INBOX fill A's inbox and the last n go on its remote stack.
  *
- *   key       one read of such a block gives away no key: thread A allocates p1 and p2, thread B
- *             frees them (each sent to A's remote stack by B's next refill: p1 at the stack's end,
- *             p2 linking to p1); with the links mangled by the key and the address alone (the
- *             old scheme), word(p1) ^ p1 and word(p2) ^ p2 ^ p1 were both the key. They must
- *             differ (20 rounds)
- *   damaged   a write of zeros into p after B freed it (a write after free): A's next refill
- *             stops the program with one line "a block freed by another thread was damaged
- *             (written after free)" before it follows the link (forked child, SIGABRT)
+ *   inbox     the allocator writes nothing into the blocks in the inbox: all 64 bytes of each
+ *             still read as A left them (0x5a)
+ *   key       one read of a block on the stack gives away no key: the last two blocks p1 and
+ *             p2 (p2 at the stack's end, p1 linking to p2); with the links mangled by the key and
+ *             the address alone (the old scheme), word(p2) ^ p2 and word(p1) ^ p1 ^ p2 were both
+ *             the key. They must differ (20 rounds)
+ *   damaged   a write of zeros into p1 after B freed it (a write after free): A's drain stops
+ *             the program with one line "a block freed by another thread was damaged (written
+ *             after free)" before it follows the link (forked child, SIGABRT)
  *
  * Reading a freed block is what an attacker with a read primitive does; the test does it on
  * purpose. */
@@ -18,32 +22,32 @@
 #include "fmtest.h"
 
 static pthread_barrier_t step;
-static void *volatile blocks[2];
+static void *volatile blocks[FM_INBOX + 2];
 
-/* B: frees what A allocated, each followed by a malloc of a size it never used (a refill,
- * which sends its outbox to A's remote stack). */
+/* B: frees what A allocated (its outbox goes to A's inbox 32 blocks at a time, which the first
+ * FM_INBOX fill), then mallocs a size it never used: a refill, which sends the last n from its
+ * outbox to A's remote stack in one chain. */
 static void *thread_b(void *arg)
 {
     size_t n = (size_t)(uintptr_t)arg;
     pthread_barrier_wait(&step);   /* A allocated */
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < FM_INBOX + n; i++)
         free(blocks[i]);
-        void *q = malloc(fmt_opaque(2000 + 700 * i));
-        CHECK(q, "malloc failed");
-        __asm__ volatile("" : : "r"(q) : "memory");
-        free(q);
-    }
+    void *q = malloc(fmt_opaque(2000));
+    CHECK(q, "malloc failed");
+    __asm__ volatile("" : : "r"(q) : "memory");
+    free(q);
     pthread_barrier_wait(&step);   /* freed */
     pthread_barrier_wait(&step);   /* main looked */
     return NULL;
 }
 
-/* A: allocates n blocks of 64 B, waits while B frees them, then mallocs a size it never used
- * (a refill: it takes its remote stack home). */
+/* A: allocates FM_INBOX + n blocks of 64 B, waits while B frees them, then takes every block
+ * others freed home (malloc_trim does, as the statistics do). */
 static void *thread_a(void *arg)
 {
     size_t n = (size_t)(uintptr_t)arg;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < FM_INBOX + n; i++) {
         blocks[i] = malloc(fmt_opaque(64));
         CHECK(blocks[i], "malloc failed");
         memset(blocks[i], 0x5a, 64);
@@ -51,9 +55,7 @@ static void *thread_a(void *arg)
     pthread_barrier_wait(&step);
     pthread_barrier_wait(&step);
     pthread_barrier_wait(&step);   /* main looked (and wrote) */
-    void *q = malloc(fmt_opaque(1500));
-    CHECK(q, "malloc failed");
-    free(q);
+    malloc_trim(0);
     return NULL;
 }
 
@@ -84,8 +86,31 @@ static uint64_t seen[2];
 
 static void look_key(void)
 {
-    seen[0] = word(blocks[0]) ^ (uintptr_t)blocks[0];
-    seen[1] = word(blocks[1]) ^ (uintptr_t)blocks[1] ^ (uintptr_t)blocks[0];
+    void *p1 = blocks[FM_INBOX], *p2 = blocks[FM_INBOX + 1];   /* p1 links to p2, the stack's end */
+    seen[0] = word(p2) ^ (uintptr_t)p2;
+    seen[1] = word(p1) ^ (uintptr_t)p1 ^ (uintptr_t)p2;
+}
+
+static size_t untouched;
+
+static void look_inbox(void)
+{
+    untouched = 0;
+    for (size_t i = 0; i < FM_INBOX; i++) {
+        const unsigned char *p = blocks[i];
+        size_t j = 0;
+        while (j < 64 && p[j] == 0x5a)
+            j++;
+        untouched += j == 64;
+    }
+}
+
+static void case_inbox(void)
+{
+    run(2, look_inbox);
+    CHECK(untouched == FM_INBOX, "%zu of the %d blocks in the owner's inbox still read as the owner left them",
+          untouched, FM_INBOX);
+    printf("ok inbox: %d blocks freed by another thread, none written by the allocator\n", FM_INBOX);
 }
 
 static void case_key(void)
@@ -99,7 +124,7 @@ static void case_key(void)
     printf("ok key: 20 rounds, no two remote links give one value\n");
 }
 
-static void look_damage(void) { memset(blocks[0], 0, 8); }
+static void look_damage(void) { memset(blocks[FM_INBOX], 0, 8); }
 
 static void case_damaged(void)
 {
@@ -134,6 +159,8 @@ int main(int argc, char **argv)
 {
     fmt_init("links", argc, argv);
     const char *only = argc > 1 ? argv[1] : NULL;
+    if (!only || !strcmp(only, "inbox"))
+        case_inbox();
     if (!only || !strcmp(only, "key"))
         case_key();
     if (!only || !strcmp(only, "damaged"))

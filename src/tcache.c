@@ -1,5 +1,5 @@
 /* Thread caches: the slow paths behind fast.h (refill, flush, another thread's block), owner
- * tags and the remote stacks that take blocks home, the budget on what caches hold, caches in
+ * tags and the inboxes that take blocks home, the budget on what caches hold, caches in
  * and out (thread start and exit). */
 #include <errno.h>
 #include <pthread.h>
@@ -503,7 +503,7 @@ static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
 }
 
 /* free() of LIVE block p of class c (st its state) when the fast path could not take it: the
- * thread's own block to its cache; a block of another tag to that tag's remote stack; a block
+ * thread's own block to its cache; a block of another tag to that tag's inbox; a block
  * no tag owns to this thread's cache, taken with one atomic step. */
 void tcache_free(void *p, unsigned c, fm_st *st) {
   struct fm_tcache *tc = tcache_mine();
@@ -529,7 +529,7 @@ void tcache_free_direct(void *p, unsigned c, fm_st *st) {
   put(tc_native, p, c, st);
 }
 
-/* Sends the calling thread's outbox and takes its remote stack home (for the statistics and
+/* Sends the calling thread's outbox and takes its inbox and remote stack home (for the statistics and
  * malloc_trim, which count those blocks as free). */
 void tcache_collect(void) {
   struct fm_tcache *tc = fm_tc;

@@ -135,7 +135,7 @@
 #define FM_TAGS 250u                 /* threads whose blocks carry their own LIVE value at once */
 #define FM_SHARDS_MAX 64u            /* shards per class: two per CPU the process may use, up to this */
 #define FM_TC_PER_CPU (8u << 20)     /* bytes all thread caches may hold, per CPU, shared by threads, */
-#define FM_TC_MIN (256u << 10)       /* ... but a thread's share is at least this */
+#define FM_TC_MIN (1u << 20)         /* ... but a thread's share is at least this */
 #define FM_TC_MAX (2u << 20)         /* ... and never more than this */
 #define FM_TC_START (32u << 10)      /* a new thread's budget, which doubles by demand up to its share */
 #define FM_TC_EARN 256u              /* ... each time its bins could not grow this many times */

@@ -141,7 +141,7 @@
 #define FM_TC_EARN 256u              /* ... each time its bins could not grow this many times */
 #define FM_COLLECT 64u               /* remotely freed blocks one refill takes home at most */
 #define FM_OUTBOX 32u                /* another thread's blocks a thread gathers before one send */
-#define FM_INBOX 2048u               /* blocks other threads freed that wait in a tag's inbox */
+#define FM_INBOX 8192u               /* blocks other threads freed that wait in a tag's inbox */
 
 /* ---- do not modify ----------------------------------------------------------------------- */
 #define FM_ALIGN 16u                 /* every block starts on this boundary */

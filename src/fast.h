@@ -19,7 +19,8 @@ static always_inline void *fm_alloc(size_t size) {
  * is the block's number, the low half below the magic iff ptr is a block start; chunks of no
  * class have magic 0 and the bin of no room, index 0) and its state must be this thread's
  * own LIVE value (its tag's; a thread without a tag has none). The freed block itself is never
- * read or written. */
+ * read or written. A block start the fast path cannot take (another thread's, a full bin) goes
+ * to fm_free_block with what was found, anything else to fm_free_slow. */
 static always_inline void fm_free(void *ptr) {
   uintptr_t ch = ((uintptr_t)ptr - fm_pool.heap_base) >> fm_pool.chunk_shift;
   if (likely(ch < fm_pool.heap_chunks)) {
@@ -36,6 +37,7 @@ static always_inline void fm_free(void *ptr) {
       tc->top[c1] = top + 1;
       return;
     }
+    if ((uint64_t)m < magic) return fm_free_block(ptr, st, e);
   }
   fm_free_slow(ptr);
 }

@@ -68,6 +68,15 @@ void *fm_malloc_slow(size_t size) {
   return malloc_start(size);
 }
 
+/* free() of p, the start of a block with its state at st in a chunk whose line reads line_e
+ * (its class + 1 in the low byte), that the fast path could not take (another thread's block,
+ * a full bin, a block not LIVE): the block is not looked up again. */
+void fm_free_block(void *p, fm_st *st, uint64_t line_e) {
+  if (heap_on) heap_free(p);
+  if (likely(st_live(st_load(st)))) tcache_free(p, (uint8_t)line_e - 1u, st);
+  else block_free(p);   /* names the fault */
+}
+
 void fm_free_slow(void *p) {
   if (fm_pool.checked) return check_free(p);
   if (heap_on && p) heap_free(p);   /* a sampled block: its record goes first */

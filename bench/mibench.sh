@@ -117,12 +117,13 @@ fm_need_packages gcc g++ time python3 libjemalloc2 libtcmalloc-minimal4 libmimal
 # ---------- sources ----------
 # A checkout is read in place; a git dir gives its HEAD's bench/, extracted once per commit.
 work=${TMPDIR:-/tmp}/flatmalloc-mibench
-src=$(cd "$src" && pwd) || die "--src $src: no such directory"
+[ -d "$src" ] || die "--src $src: no such directory"
+src=$(cd "$src" && pwd)
 if [ -f "$src/bench/larson/larson.cpp" ]; then
   srcdir=$src/bench
   key=checkout-$(printf '%s' "$src" | md5sum | cut -c1-12)
   src_id="$src ($(git -C "$src" describe --always --dirty 2>/dev/null || echo 'not a git checkout'))"
-elif commit=$(git -C "$src" rev-parse --verify -q 'HEAD^{commit}'); then
+elif commit=$(git -C "$src" rev-parse --verify -q 'HEAD^{commit}' 2>/dev/null); then
   key=git-${commit:0:12}
   srcdir=$work/$key/src/bench
   if [ ! -f "$srcdir/larson/larson.cpp" ]; then
@@ -143,12 +144,15 @@ mkdir -p "$bin"
 cflags=(-O2 -DNDEBUG -w -Wno-implicit-function-declaration -Wno-implicit-int -Wno-int-conversion
         -Wno-incompatible-pointer-types -Wno-return-mismatch)
 cxxflags=(-O2 -DNDEBUG -w -std=c++17)
+needed=" "
+for p in "${progs[@]}"; do program_cmd "$p"; needed+="${cmd[0]##*/} "; done
 built=()
-# build NAME FLAGS DIR FILE... : compiles NAME from DIR/FILE... under $srcdir unless it is up to
-# date; a program that does not build is left out of the run
+# build NAME FLAGS DIR FILE... : compiles NAME from DIR/FILE... under $srcdir if the programs
+# asked for need it and it is not up to date; a program that does not build is left out
 build() {
   local name=$1 flags=$2 dir=$3 srcs=() f cc=gcc std=("${cflags[@]}")
   shift 3
+  [[ $needed == *" $name "* ]] || return 0
   for f in "$@"; do srcs+=("$srcdir/$dir/$f"); done
   case "$1" in *.cpp) cc=g++ std=("${cxxflags[@]}") ;; esac
   if [ -x "$bin/$name" ] && [ -z "$(find "${srcs[@]}" -newer "$bin/$name")" ]; then
@@ -231,7 +235,7 @@ fi
 out=${out:-$fm_top/bench/results/mibench-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out/logs"
 raw=$out/raw.csv
-echo "rep,program,allocator,time_s,wall_s,rss_kb,rc" >"$raw"
+echo "rep,program,allocator,time_s,wall_s,rss_kb,rc,load1" >"$raw"
 {
   echo "date: $(date -Is)"
   echo "uptime: $(uptime)"
@@ -253,7 +257,8 @@ trap 'rm -rf "$tmp"' EXIT
 failures=0
 run_one() { # run_one REP PROGRAM ALLOCATOR
   local rep=$1 p=$2 a=$3 rc=0 wall='' kb='' t=''
-  local lib=${LIB[$a]}
+  local lib=${LIB[$a]} load
+  load=$(cut -d' ' -f1 /proc/loadavg) # at the start: a busy machine shows up in every figure
   program_cmd "$p"
   rm -rf "$tmp/cwd"; mkdir "$tmp/cwd"
   # the allocator rejects FLATMALLOC_* names it does not know: drop the old build-dir variable
@@ -267,7 +272,7 @@ run_one() { # run_one REP PROGRAM ALLOCATOR
     cat "$tmp/out" "$tmp/err" >"$out/logs/$p-$a-$rep.log"
     log "FAILED (exit $rc$([ "$rc" = 124 ] && echo ": timed out after ${limit}s")): $p with $a, rep $rep; output in logs/$p-$a-$rep.log"
   fi
-  echo "$rep,$p,$a,$t,$wall,$kb,$rc" >>"$raw"
+  echo "$rep,$p,$a,$t,$wall,$kb,$rc,$load" >>"$raw"
 }
 
 t0=$(date +%s)
@@ -320,4 +325,5 @@ table("Time, seconds, median of %d (larson, xmalloc-test, rptest, glibc-thread: 
 table("Peak RSS, MiB, median of %d; flat / best peer < 1 is flatmalloc smaller" % reps,
       "rss_kb", 1 / 1024, "%.1f")
 EOF
+echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
 log "done: $out ($failures failed runs; load $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -5,7 +5,7 @@
 # of one (its HEAD's bench/ is extracted), and the programs are built with gcc/g++ -O2 into
 # ${TMPDIR:-/tmp}/flatmalloc-mibench.
 #
-#   bench/mibench.sh --src DIR                       every program, 5 repetitions (~25 min on 2 cores)
+#   bench/mibench.sh --src DIR                       every program, 5 repetitions (~40 min on 2 cores)
 #   bench/mibench.sh --src DIR --reps 1 --only larsonN,xmalloc-testN --allocators glibc,flatmalloc
 #   options: --reps N (5)  --only P1,P2  --allocators A,B  --timeout SECS (300, per run)  --out DIR
 #            --list (the programs and their commands, then exit)

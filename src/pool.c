@@ -24,13 +24,14 @@ static cold __attribute__((noreturn)) void too_small(size_t size) {
                "pool too small (it needs room for its tables and one span of the largest class)");
 }
 
-/* [ state shadow | lines | run records | pages bitmap | size -> class | tags | shards | transfer caches ] heap
+/* [ state shadow | lines | run records | pages bitmap | size -> class | tags | inboxes | shards | transfer caches ] heap
  * The pool is the heap: its tables come on top, in the same reservation, so that a pool of N
  * bytes holds N bytes of blocks. The heap starts on a chunk boundary after them, so every span
  * is aligned to the chunk size. */
 struct layout {
   unsigned shift;
-  size_t nchunks, nshards, shadow_off, line_off, rec_off, pages_off, tab_off, tag_off, shard_off, xfer_off, meta;
+  size_t nchunks, nshards, shadow_off, line_off, rec_off, pages_off, tab_off, tag_off, inbox_off, shard_off, xfer_off, meta;
+  uint32_t inbox_n;
 };
 
 static void layout_of(size_t size, struct layout *L) {
@@ -55,7 +56,11 @@ static void layout_of(size_t size, struct layout *L) {
   L->pages_off = align_up(L->rec_off + L->nchunks * sizeof(struct fm_run), 64);
   L->tab_off = align_up(L->pages_off + (L->nchunks + 63) / 64 * 8, 64);
   L->tag_off = align_up(L->tab_off + ntab, 64);
-  L->shard_off = align_up(L->tag_off + FM_TAGS * sizeof(struct fm_tag), 64);
+  /* the tags' inboxes: 1/64 of the pool at most (under a Valgrind tool no thread holds a tag) */
+  L->inbox_n = FM_INBOX_MAX;
+  while (L->inbox_n > FM_OUTBOX && (fm_pool.valgrind || (size_t)FM_TAGS * L->inbox_n * sizeof(uintptr_t) > size / 64)) L->inbox_n /= 2;
+  L->inbox_off = align_up(L->tag_off + FM_TAGS * sizeof(struct fm_tag), 64);
+  L->shard_off = align_up(L->inbox_off + (size_t)FM_TAGS * L->inbox_n * sizeof(uintptr_t), 64);
   L->xfer_off = align_up(L->shard_off + o->nclass * L->nshards * sizeof(struct fm_shard), 64);
   L->meta = align_up(L->xfer_off + o->nclass * L->nshards * FM_XFER * sizeof(struct fm_blk), (size_t)1 << shift);
 }
@@ -88,6 +93,8 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
     os_hugepages((void *)(base + POOL_ALIGN), shadow_end - POOL_ALIGN);
   P->st_bias = base + L->shadow_off - (P->heap_base >> 4);
   P->tags = (struct fm_tag *)(base + L->tag_off);
+  P->inbox = (_Atomic uintptr_t *)(base + L->inbox_off);
+  P->inbox_n = L->inbox_n;
   P->nshards = (unsigned)L->nshards;
   P->cpus = os_cpus();
   P->xfer = (struct fm_blk *)(base + L->xfer_off);

@@ -162,6 +162,11 @@ static bool bin_grow(struct fm_tcache *tc, unsigned c, uint32_t more) {
  * key, and the owner checks every entry's state before it trusts the link. */
 #define INBOX_HOLE 1u   /* a slot a fork's other threads reserved and will never write */
 
+/* Slot i (any count: the ring wraps) of tag t's inbox. */
+static _Atomic uintptr_t *inbox_slot(const struct fm_tag *t, uint32_t i) {
+  return fm_pool.inbox + (size_t)(t - fm_pool.tags) * fm_pool.inbox_n + (i & (fm_pool.inbox_n - 1));
+}
+
 static uintptr_t mix(const void *p) {
   uint64_t x = ((uintptr_t)p ^ fm_pool.key) * 0x9e3779b97f4a7c15ull;
   x = (x ^ x >> 29) * fm_pool.link_key;
@@ -196,12 +201,12 @@ static void drain_prefetch(uintptr_t p, bool link) {
 static uint32_t inbox_take(struct fm_tag *t, struct fm_tcache *to, uint32_t most) {
   uint32_t head = atomic_load_explicit(&t->head, memory_order_relaxed), n = 0;
   for (; n < most; n++, head++) {
-    _Atomic uintptr_t *slot = &t->inbox[head % FM_INBOX];
+    _Atomic uintptr_t *slot = inbox_slot(t, head);
     uintptr_t v = atomic_load_explicit(slot, memory_order_acquire);
     if (!v) break;
     atomic_store_explicit(slot, 0, memory_order_relaxed);
     if (v == INBOX_HOLE) continue;
-    drain_prefetch(atomic_load_explicit(&t->inbox[(head + FM_AHEAD) % FM_INBOX], memory_order_relaxed), false);
+    drain_prefetch(atomic_load_explicit(inbox_slot(t, head + FM_AHEAD), memory_order_relaxed), false);
     fm_st *st;
     int c = class_find((void *)v, &st);
     if (c < 0) fault_stop("a block freed by another thread was damaged (written after free)", (void *)v, class_at((void *)v));
@@ -269,7 +274,7 @@ static void remote_send(struct fm_tag *owner, void *const *p, uint32_t n) {
   uint32_t tail = atomic_load_explicit(&owner->tail, memory_order_relaxed);
   for (;;) {
     uint32_t head = atomic_load_explicit(&owner->head, memory_order_acquire);
-    if (tail + n - head > FM_INBOX) {
+    if (tail + n - head > fm_pool.inbox_n) {
       for (uint32_t j = 0; j < n; j++) {   /* a link, and a hint of the block FM_AHEAD on for the drain to fetch early */
         uintptr_t *w = p[j];
         if (j + 1 < n) w[0] = (uintptr_t)p[j + 1] ^ mix(p[j]);
@@ -284,7 +289,7 @@ static void remote_send(struct fm_tag *owner, void *const *p, uint32_t n) {
     }
     fm_count(CNT_RMW);
     if (atomic_compare_exchange_weak_explicit(&owner->tail, &tail, tail + n, memory_order_relaxed, memory_order_relaxed)) {
-      for (uint32_t j = 0; j < n; j++) atomic_store_explicit(&owner->inbox[(tail + j) % FM_INBOX], (uintptr_t)p[j], memory_order_release);
+      for (uint32_t j = 0; j < n; j++) atomic_store_explicit(inbox_slot(owner, tail + j), (uintptr_t)p[j], memory_order_release);
       break;
     }
   }
@@ -584,7 +589,7 @@ void tcache_after_fork(void) {
   struct fm_tag *mine = me ? me->t : NULL;
   if (mine)
     for (uint32_t i = mine->head; i != mine->tail; i++)
-      if (!mine->inbox[i % FM_INBOX]) mine->inbox[i % FM_INBOX] = INBOX_HOLE;
+      if (!*inbox_slot(mine, i)) *inbox_slot(mine, i) = INBOX_HOLE;
   uint32_t used = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
   atomic_store_explicit(&fm_pool.tags_free, 0, memory_order_relaxed);
   for (uint32_t i = used; i-- > 0;) {
@@ -594,7 +599,7 @@ void tcache_after_fork(void) {
     atomic_store_explicit(&t->live, 0, memory_order_relaxed);
     atomic_store_explicit(&t->draining, 0, memory_order_relaxed);
     t->pending = 0;
-    if (t->head != t->tail) memset((void *)t->inbox, 0, sizeof t->inbox);
+    if (t->head != t->tail) memset((void *)inbox_slot(t, 0), 0, fm_pool.inbox_n * sizeof *fm_pool.inbox);
     t->head = t->tail = 0;
     tag_push(t);
   }

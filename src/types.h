@@ -59,7 +59,7 @@
  * LIVE) are plain loads and stores, no atomic step on the hot pair. Any other thread frees it
  * with one compare-exchange LIVE -> REMOTE and adds it to its outbox, which goes to the tag's
  * inbox in one step (full, another tag's block, or the freeing thread's refill or exit): a ring
- * of FM_INBOX addresses, so the holder takes them home without reading the blocks (a linked
+ * of addresses (up to FM_INBOX_MAX, by the pool's size), so the holder takes them home without reading the blocks (a linked
  * list through them costs a cache miss per block, each waiting for the last); only when the
  * ring is full do they wait on a stack linked through the blocks. The holder takes up to
  * FM_COLLECT blocks home at each refill, and a block whose state is no longer REMOTE there was
@@ -141,7 +141,7 @@
 #define FM_TC_EARN 256u              /* ... each time its bins could not grow this many times */
 #define FM_COLLECT 64u               /* remotely freed blocks one refill takes home at most */
 #define FM_OUTBOX 32u                /* another thread's blocks a thread gathers before one send */
-#define FM_INBOX 8192u               /* blocks other threads freed that wait in a tag's inbox */
+#define FM_INBOX_MAX 8192u           /* blocks other threads freed that wait in a tag's inbox, at most */
 
 /* ---- do not modify ----------------------------------------------------------------------- */
 #define FM_ALIGN 16u                 /* every block starts on this boundary */
@@ -174,7 +174,7 @@ _Static_assert(FM_CLASS_MAX < 255, "class ids + 1 fit in the page map's byte");
 _Static_assert(FM_SPAN_BLOCKS / 64 / 8 <= 8, "the free-group summary fits in 64 bytes");
 _Static_assert(ST_OWNED + FM_TAGS <= ST_NONE, "every tag has a LIVE value of its own");
 _Static_assert((FM_SHARDS_MAX & (FM_SHARDS_MAX - 1)) == 0, "shards are a power of two");
-_Static_assert((FM_INBOX & (FM_INBOX - 1)) == 0 && FM_INBOX >= FM_OUTBOX, "an inbox is a ring that takes an outbox");
+_Static_assert((FM_INBOX_MAX & (FM_INBOX_MAX - 1)) == 0 && FM_INBOX_MAX >= FM_OUTBOX, "an inbox is a ring that takes an outbox");
 _Static_assert((FM_ALIGN & (FM_ALIGN - 1)) == 0, "alignment is a power of two");
 
 /* What the fast paths need of a class, indexed by the page map's byte (class + 1);
@@ -203,8 +203,8 @@ struct fm_blk {
 };
 
 /* An owner tag (ONE WRITER PER STATE): a LIVE value a thread holds while it runs, and where
- * other threads free the blocks handed out with it: its inbox, a ring of addresses in the meta
- * area (the holder takes them without reading the blocks, so the blocks' lines stay where they
+ * other threads free the blocks handed out with it: its inbox, a ring of fm_pool.inbox_n
+ * addresses in the meta area (the holder takes them without reading the blocks, so the blocks' lines stay where they
  * are and the addresses come eight to a line), and, when the inbox is full, a stack linked
  * through the blocks (mangled links). FM_TAGS of them, recycled through a lock-free stack. */
 struct fm_tag {
@@ -215,7 +215,6 @@ struct fm_tag {
   _Atomic uint32_t draining;  /* a thread drains the blocks of a tag no thread holds */
   uintptr_t pending;          /* blocks taken off the stack, not yet home (mangled links) */
   uint64_t next_free;         /* link on the stack of unused tags */
-  cacheline_aligned _Atomic uintptr_t inbox[FM_INBOX];   /* 0: empty, or reserved and not yet written */
 } cacheline_aligned;
 
 /* A thread cache: per class (indexed by class + 1, as the page map and the size table name
@@ -343,6 +342,8 @@ struct fm_pool {
   unsigned cpus;             /* CPUs the process may run on (sched_getaffinity) */
   struct fm_blk *xfer;       /* the shards' transfer caches, FM_XFER blocks each (class.c) */
   struct fm_tag *tags;       /* FM_TAGS of them */
+  _Atomic uintptr_t *inbox;  /* their inboxes, inbox_n slots each (0: empty, or reserved and not yet written) */
+  uint32_t inbox_n;          /* a power of two: 1/64 of the pool for all, within [FM_OUTBOX, FM_INBOX_MAX] */
   _Atomic uint32_t tags_used;
   _Atomic uint64_t tags_free;     /* counted stack of unused tags */
   _Atomic uint32_t caches_live;   /* threads holding a cache: they share tc_total */

@@ -79,12 +79,14 @@ static fm_st tag_value(const struct fm_tag *t) { return (fm_st)(ST_OWNED + (t - 
 static uint32_t cached(const struct fm_tcache *tc, unsigned c1) { return (uint32_t)(tc->top[c1] - tc->base[c1]); }
 static uint32_t room(const struct fm_tcache *tc, unsigned c1) { return (uint32_t)(tc->lim[c1] - tc->base[c1]); }
 
-/* The shard a refill or flush of tc uses now: one of the two of the CPU the thread runs on
+/* The shard a refill or flush uses now: one of the two (by salt) of the CPU the thread runs on
  * (check.c's native calls must not read the thread's storage, where glibc keeps the CPU). */
-static unsigned shard_now(const struct fm_tcache *tc) {
+static unsigned shard_at(unsigned salt) {
   if (fm_pool.native) return 0;
-  return (os_cpu() * 2 + (tc->salt & 1)) & (fm_pool.nshards - 1);
+  return (os_cpu() * 2 + (salt & 1)) & (fm_pool.nshards - 1);
 }
+
+static unsigned shard_now(const struct fm_tcache *tc) { return shard_at(tc->salt); }
 
 /* ---- the budget -------------------------------------------------------------------------- */
 /* What this thread's bins may hold, in bytes: tc_total shared by the threads holding a cache,
@@ -182,7 +184,7 @@ static void remote_home(struct fm_tcache *to, void *p, int c, fm_st *st) {
   if (st_load(st) != ST_REMOTE) fault_stop("double free (by two threads at once)", p, c);
   st_store(st, ST_CACHED);
   if (to) put(to, p, (unsigned)c, st);
-  else class_give((unsigned)c, 0, &(struct fm_blk){p, st}, 1);
+  else class_give((unsigned)c, shard_at(0), &(struct fm_blk){p, st}, 1);
 }
 
 /* The cache lines a drain will want of block p (a hint: p may be anything): its state's, and

@@ -199,7 +199,6 @@ static void drain_prefetch(uintptr_t p, bool link) {
 /* Takes up to `most` blocks of tag t's inbox home; returns how many. The states of the blocks
  * FM_AHEAD slots on are fetched meanwhile: their lines are most likely in the freeing thread's
  * cache, and each would otherwise be waited for in turn. */
-#define FM_AHEAD 8u
 static uint32_t inbox_take(struct fm_tag *t, struct fm_tcache *to, uint32_t most) {
   uint32_t head = atomic_load_explicit(&t->head, memory_order_relaxed), n = 0;
   for (; n < most; n++, head++) {

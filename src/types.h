@@ -59,12 +59,12 @@
  * LIVE) are plain loads and stores, no atomic step on the hot pair. Any other thread frees it
  * with one compare-exchange LIVE -> REMOTE and adds it to its outbox, which goes to the tag's
  * inbox in one step (full, another tag's block, or the freeing thread's refill or exit): a ring
- * of addresses (up to FM_INBOX_MAX, by the pool's size), so the holder takes them home without reading the blocks (a linked
- * list through them costs a cache miss per block, each waiting for the last); only when the
- * ring is full do they wait on a stack linked through the blocks. The holder takes up to
- * FM_COLLECT blocks home at each refill, and a block whose state is no longer REMOTE there was
- * freed twice (two threads at once: the owner's plain
- * store overwrote the exchange) and stops the program before the block is handed out again.
+ * of addresses (up to FM_INBOX_MAX, by the pool's size), so the holder takes them home without
+ * reading the blocks (a list linked through them costs a cache miss per block, each waiting for
+ * the last); only when the ring is full do they wait on a stack linked through the blocks. The
+ * holder takes up to FM_COLLECT blocks home at each refill, and a block whose state is no
+ * longer REMOTE there was freed twice (two threads at once: the owner's plain store overwrote
+ * the exchange) and stops the program before the block is handed out again.
  * A tag no thread holds (its thread exited) is drained by whoever sends to it. Blocks that
  * a thread without a tag handed out are LIVE for anyone: any thread frees them with one
  * compare-exchange LIVE -> CACHED straight into its own cache (as tcmalloc's and jemalloc's
@@ -141,6 +141,7 @@
 #define FM_TC_EARN 256u              /* ... each time its bins could not grow this many times */
 #define FM_COLLECT 64u               /* remotely freed blocks one refill takes home at most */
 #define FM_OUTBOX 32u                /* another thread's blocks a thread gathers before one send */
+#define FM_AHEAD 8u                  /* a drain fetches the lines of the block this many on */
 #define FM_INBOX_MAX 8192u           /* blocks other threads freed that wait in a tag's inbox, at most */
 
 /* ---- do not modify ----------------------------------------------------------------------- */
@@ -204,9 +205,9 @@ struct fm_blk {
 
 /* An owner tag (ONE WRITER PER STATE): a LIVE value a thread holds while it runs, and where
  * other threads free the blocks handed out with it: its inbox, a ring of fm_pool.inbox_n
- * addresses in the meta area (the holder takes them without reading the blocks, so the blocks' lines stay where they
- * are and the addresses come eight to a line), and, when the inbox is full, a stack linked
- * through the blocks (mangled links). FM_TAGS of them, recycled through a lock-free stack. */
+ * addresses in the meta area (the holder takes them without reading the blocks, eight to a
+ * line), and, when the inbox is full, a stack linked through the blocks (mangled links).
+ * FM_TAGS of them, recycled through a lock-free stack. */
 struct fm_tag {
   _Atomic uintptr_t remote;   /* blocks freed when the inbox was full (mangled links) */
   _Atomic uint32_t tail;      /* inbox slots reserved by freeing threads */

@@ -80,10 +80,12 @@ done
 # ---------- packages and build ----------
 pkgs=(gcc g++ time python3 perl gawk sqlite3 git libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0)
 [ "$profile" = 1 ] && pkgs+=(valgrind strace)
-fm_need_packages "${pkgs[@]}" >&2
 py=/usr/bin/python3 # Debian's: the same interpreter for the workload and the report
 have_fm=1
-fm_build_lib >&2 || { log "WARNING: the project does not build; running without flatmalloc"; have_fm=0; }
+if [ -z "$report_dir" ]; then   # a report reads files only
+  fm_need_packages "${pkgs[@]}" >&2
+  fm_build_lib >&2 || { log "WARNING: the project does not build; running without flatmalloc"; have_fm=0; }
+fi
 
 # ---------- allocators (as scripts/bench's find_lib) ----------
 multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)

@@ -80,9 +80,11 @@ static uint32_t cached(const struct fm_tcache *tc, unsigned c1) { return (uint32
 static uint32_t room(const struct fm_tcache *tc, unsigned c1) { return (uint32_t)(tc->lim[c1] - tc->base[c1]); }
 
 /* The shard a refill or flush uses now: one of the two (by salt) of the CPU the thread runs on
- * (check.c's native calls must not read the thread's storage, where glibc keeps the CPU). */
+ * (check.c's native calls must not read the thread's storage, where glibc keeps the CPU). While
+ * one thread holds a cache there is no one to share a lock with, and a thread that the kernel
+ * moves between CPUs would spread its heap over every CPU's shards: it keeps to the first two. */
 static unsigned shard_at(unsigned salt) {
-  if (fm_pool.native) return 0;
+  if (fm_pool.native || atomic_load_explicit(&fm_pool.caches_live, memory_order_relaxed) <= 1) return salt & 1;
   return (os_cpu() * 2 + (salt & 1)) & (fm_pool.nshards - 1);
 }
 

@@ -38,10 +38,9 @@ if [ ! -f "$counters/build.ninja" ]; then
 fi
 ninja -C "$counters" preload/libflatmalloc.so >/dev/null
 
-ma=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
-declare -A LIB=([glibc]='' [jemalloc]=/usr/lib/$ma/libjemalloc.so.2 [tcmalloc]=/usr/lib/$ma/libtcmalloc_minimal.so.4
-                [mimalloc]=/usr/lib/$ma/libmimalloc.so.2 [flatmalloc]=$fm_build/preload/libflatmalloc.so)
-allocs=(glibc jemalloc tcmalloc mimalloc flatmalloc)
+fm_peers
+add_alloc flatmalloc "$fm_build/preload/libflatmalloc.so"
+allocs=("${all_allocs[@]}")
 [ -n "$allocs_arg" ] && IFS=, read -r -a allocs <<<"$allocs_arg"
 
 out=$fm_top/bench/results/contention-$(date +%Y%m%d-%H%M%S)

@@ -87,24 +87,8 @@ if [ -z "$report_dir" ]; then   # a report reads files only
   fm_build_lib >&2 || { log "WARNING: the project does not build; running without flatmalloc"; have_fm=0; }
 fi
 
-# ---------- allocators (as scripts/bench's find_lib) ----------
-multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
-find_lib() {
-  local n d
-  for n in "$@"; do
-    for d in "/usr/lib/$multiarch" /usr/lib64 /usr/lib; do
-      [ -f "$d/$n" ] && { echo "$d/$n"; return 0; }
-    done
-  done
-  return 1
-}
-declare -A LIB
-all_allocs=()
-add_alloc() { LIB[$1]=$2; all_allocs+=("$1"); }
-add_alloc glibc ''
-if l=$(find_lib libjemalloc.so.2); then add_alloc jemalloc "$l"; else log "jemalloc not found"; fi
-if l=$(find_lib libtcmalloc_minimal.so.4 libtcmalloc.so.4); then add_alloc tcmalloc "$l"; else log "tcmalloc not found"; fi
-if l=$(find_lib libmimalloc.so.2); then add_alloc mimalloc "$l"; else log "mimalloc not found"; fi
+# ---------- allocators ----------
+fm_peers
 if [ "$have_fm" = 1 ] && [ -f "$fm_build/preload/libflatmalloc.so" ]; then
   add_alloc flatmalloc "$fm_build/preload/libflatmalloc.so"
 fi

@@ -57,24 +57,8 @@ if [ -z "$bin" ]; then
 fi
 [ -x "$bin" ] || { echo "scale: $bin was not built (meson configure -Dbenchmarks=enabled?)" >&2; exit 1; }
 
-# ---------- allocators (found as scripts/bench finds them) ----------
-multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
-find_lib() {
-  local n d
-  for n in "$@"; do
-    for d in "/usr/lib/$multiarch" /usr/lib64 /usr/lib; do
-      [ -f "$d/$n" ] && { echo "$d/$n"; return 0; }
-    done
-  done
-  return 1
-}
-declare -A LIB
-all_allocs=()
-add_alloc() { LIB[$1]=$2; all_allocs+=("$1"); }
-add_alloc glibc ''
-if l=$(find_lib libjemalloc.so.2); then add_alloc jemalloc "$l"; else log "jemalloc not found"; fi
-if l=$(find_lib libtcmalloc_minimal.so.4 libtcmalloc.so.4); then add_alloc tcmalloc "$l"; else log "tcmalloc not found"; fi
-if l=$(find_lib libmimalloc.so.2 libmimalloc.so.2.0); then add_alloc mimalloc "$l"; else log "mimalloc not found"; fi
+# ---------- allocators ----------
+fm_peers
 if [ -f "$fm_build/preload/libflatmalloc.so" ]; then
   add_alloc flatmalloc "$fm_build/preload/libflatmalloc.so"
 else

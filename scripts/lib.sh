@@ -34,3 +34,26 @@ fm_build_lib() {
   fi
   out=$(ninja -C "$fm_build" 2>&1) || { echo "$out" >&2; return 1; }
 }
+
+# fm_peers : LIB (name -> the library to preload, '' for glibc) and all_allocs (the names, in
+# order) for glibc and those of jemalloc, tcmalloc and mimalloc that are installed (Debian's
+# packages); add_alloc NAME PATH adds one more.
+add_alloc() { LIB[$1]=$2; all_allocs+=("$1"); }
+fm_peers() {
+  local multiarch peer name n d l
+  multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+  declare -gA LIB=()
+  all_allocs=()
+  add_alloc glibc ''
+  for peer in "jemalloc libjemalloc.so.2" "tcmalloc libtcmalloc_minimal.so.4 libtcmalloc.so.4" \
+              "mimalloc libmimalloc.so.2 libmimalloc.so.2.0"; do
+    read -r name peer <<<"$peer"
+    l=''
+    for n in $peer; do
+      for d in "/usr/lib/$multiarch" /usr/lib64 /usr/lib; do
+        [ -z "$l" ] && [ -f "$d/$n" ] && l=$d/$n
+      done
+    done
+    if [ -n "$l" ]; then add_alloc "$name" "$l"; else echo "flatmalloc: $name not found" >&2; fi
+  done
+}

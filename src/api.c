@@ -112,14 +112,19 @@ void *flatmalloc_realloc(void *p, size_t size) {
     return NULL;
   }
   if (fm_pool.checked) return check_realloc(p, size);
-  size_t old = block_usable(p, CALL_REALLOC);
-  int c = class_at(p);
-  if (c >= 0) {
+  fm_st *st;
+  int c = class_find(p, &st);
+  size_t old;
+  if (likely(c >= 0 && st_live(st_load(st)))) {   /* a live block of a class, found as free() finds it */
+    old = fm_pool.cls[c].size;
     /* keep the block when the new size fits and would not waste more than half of it */
     if (size <= old && (size > old / 2 || old <= 16)) return p;
-  } else if (large_owns(p) && size > fm_pool.small_max / 2 && large_resize(p, size)) {
-    if (heap_on) heap_resized(p, size);
-    return p;
+  } else {
+    old = block_usable(p, CALL_REALLOC);   /* a large or bootstrap block; any other pointer stops here */
+    if (large_owns(p) && size > fm_pool.small_max / 2 && large_resize(p, size)) {
+      if (heap_on) heap_resized(p, size);
+      return p;
+    }
   }
   void *q = fm_alloc(size);
   if (!q) return NULL;

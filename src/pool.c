@@ -58,9 +58,9 @@ static void layout_of(size_t size, struct layout *L) {
   L->tag_off = align_up(L->tab_off + ntab, 64);
   /* the tags' inboxes: 1/64 of the pool at most (under a Valgrind tool no thread holds a tag) */
   L->inbox_n = FM_INBOX_MAX;
-  while (L->inbox_n > FM_OUTBOX && (fm_pool.valgrind || (size_t)FM_TAGS * L->inbox_n * sizeof(uintptr_t) > size / 64)) L->inbox_n /= 2;
+  while (L->inbox_n > FM_OUTBOX && (fm_pool.valgrind || (size_t)FM_TAGS * L->inbox_n * sizeof(struct fm_slot) > size / 64)) L->inbox_n /= 2;
   L->inbox_off = align_up(L->tag_off + FM_TAGS * sizeof(struct fm_tag), 64);
-  L->shard_off = align_up(L->inbox_off + (size_t)FM_TAGS * L->inbox_n * sizeof(uintptr_t), 64);
+  L->shard_off = align_up(L->inbox_off + (size_t)FM_TAGS * L->inbox_n * sizeof(struct fm_slot), 64);
   L->xfer_off = align_up(L->shard_off + o->nclass * L->nshards * sizeof(struct fm_shard), 64);
   L->meta = align_up(L->xfer_off + o->nclass * L->nshards * FM_XFER * sizeof(struct fm_blk), (size_t)1 << shift);
 }
@@ -93,7 +93,7 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
     os_hugepages((void *)(base + POOL_ALIGN), shadow_end - POOL_ALIGN);
   P->st_bias = base + L->shadow_off - (P->heap_base >> 4);
   P->tags = (struct fm_tag *)(base + L->tag_off);
-  P->inbox = (_Atomic uintptr_t *)(base + L->inbox_off);
+  P->inbox = (struct fm_slot *)(base + L->inbox_off);
   P->inbox_n = L->inbox_n;
   P->nshards = (unsigned)L->nshards;
   P->cpus = os_cpus();

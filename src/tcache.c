@@ -156,9 +156,9 @@ static bool bin_grow(struct fm_tcache *tc, unsigned c, uint32_t more) {
 }
 
 /* ---- inboxes and remote stacks ---------------------------------------------------------- */
-/* A block another thread freed waits in its owner tag's inbox, a ring of addresses: a freeing
- * thread reserves slots by moving the tail (one compare-exchange for a whole outbox) and writes
- * the addresses; the holder takes them from the head, in order, and stops at a slot reserved
+/* A block another thread freed waits in its owner tag's inbox, a ring of slots (the block's
+ * address and class, its state's address): a freeing thread reserves slots by moving the tail
+ * (one compare-exchange for a whole outbox) and writes them; the holder takes them from the head, in order, and stops at a slot reserved
  * but not yet written. A slot is zeroed when taken, before the head passes it, so a reservation
  * always finds its slots empty. When the inbox is full the blocks go on the tag's remote stack,
  * linked through their first words. Each link is mangled with a keyed mix of the block's own
@@ -166,10 +166,12 @@ static bool bin_grow(struct fm_tcache *tc, unsigned c, uint32_t more) {
  * key, and the owner checks every entry's state before it trusts the link. */
 #define INBOX_HOLE 1u   /* a slot a fork's other threads reserved and will never write */
 
-/* Slot i (any count: the ring wraps) of tag t's inbox. */
-static _Atomic uintptr_t *inbox_slot(const struct fm_tag *t, uint32_t i) {
-  return fm_pool.inbox + (size_t)(t - fm_pool.tags) * fm_pool.inbox_n + (i & (fm_pool.inbox_n - 1));
-}
+/* Tag t's inbox; slot i (any count: the ring wraps) is inbox(t)[i & (fm_pool.inbox_n - 1)]. */
+static struct fm_slot *inbox(const struct fm_tag *t) { return fm_pool.inbox + (size_t)(t - fm_pool.tags) * fm_pool.inbox_n; }
+
+/* A block's address with its class in the top bits, as an inbox slot holds it; and back. */
+static uintptr_t slot_p(const void *p, unsigned c) { return (uintptr_t)p | (uintptr_t)(c + 1) << FM_SLOT_CLASS; }
+static void *slot_block(uintptr_t v) { return (void *)(v & (((uintptr_t)1 << FM_SLOT_CLASS) - 1)); }
 
 static uintptr_t mix(const void *p) {
   uint64_t x = ((uintptr_t)p ^ fm_pool.key) * 0x9e3779b97f4a7c15ull;
@@ -189,31 +191,29 @@ static void remote_home(struct fm_tcache *to, void *p, int c, fm_st *st) {
   else class_give((unsigned)c, shard_at(0), &(struct fm_blk){p, st}, 1);
 }
 
-/* The cache lines a drain will want of block p (a hint: p may be anything): its state's, and
- * with `link` its first two words'. */
-static void drain_prefetch(uintptr_t p, bool link) {
+/* The cache lines a drain of the remote stack will want of block p (a hint: p may be
+ * anything): its state's and its first two words'. */
+static void drain_prefetch(uintptr_t p) {
   fm_st *st;
   if (class_find((void *)p, &st) < 0) return;
   __builtin_prefetch(st, 1);
-  if (link) __builtin_prefetch((void *)p);
+  __builtin_prefetch((void *)p);
 }
 
 /* Takes up to `most` blocks of tag t's inbox home; returns how many. The states of the blocks
  * FM_AHEAD slots on are fetched meanwhile: their lines are most likely in the freeing thread's
  * cache, and each would otherwise be waited for in turn. */
 static uint32_t inbox_take(struct fm_tag *t, struct fm_tcache *to, uint32_t most) {
-  uint32_t head = atomic_load_explicit(&t->head, memory_order_relaxed), n = 0;
+  struct fm_slot *box = inbox(t);
+  uint32_t mask = fm_pool.inbox_n - 1, head = atomic_load_explicit(&t->head, memory_order_relaxed), n = 0;
   for (; n < most; n++, head++) {
-    _Atomic uintptr_t *slot = inbox_slot(t, head);
-    uintptr_t v = atomic_load_explicit(slot, memory_order_acquire);
+    struct fm_slot *slot = &box[head & mask];
+    uintptr_t v = atomic_load_explicit(&slot->p, memory_order_acquire);
     if (!v) break;
-    atomic_store_explicit(slot, 0, memory_order_relaxed);
+    atomic_store_explicit(&slot->p, 0, memory_order_relaxed);
     if (v == INBOX_HOLE) continue;
-    drain_prefetch(atomic_load_explicit(inbox_slot(t, head + FM_AHEAD), memory_order_relaxed), false);
-    fm_st *st;
-    int c = class_find((void *)v, &st);
-    if (c < 0) fault_stop("a block freed by another thread was damaged (written after free)", (void *)v, class_at((void *)v));
-    remote_home(to, (void *)v, c, st);
+    __builtin_prefetch(__atomic_load_n(&box[(head + FM_AHEAD) & mask].st, __ATOMIC_RELAXED), 1);   /* a hint: 0 or stale is harmless */
+    remote_home(to, slot_block(v), (int)(v >> FM_SLOT_CLASS) - 1, slot->st);
   }
   if (n) atomic_store_explicit(&t->head, head, memory_order_release);
   return n;
@@ -232,7 +232,7 @@ static void stack_take(struct fm_tag *t, struct fm_tcache *to, uint32_t most) {
     int c = class_find(p, &st);
     if (c < 0) fault_stop("a block freed by another thread was damaged (written after free)", p, class_at(p));
     uintptr_t next = *(uintptr_t *)p ^ mix(p);   /* p starts a block: its link may be read (and waited on) while its state is */
-    drain_prefetch(((uintptr_t *)p)[1] ^ ~mix(p), true);
+    drain_prefetch(((uintptr_t *)p)[1] ^ ~mix(p));
     remote_home(to, p, c, st);                   /* (a state not REMOTE stops here, before the link is followed) */
     __atomic_store_n(&t->pending, next, __ATOMIC_RELAXED);
   }
@@ -271,28 +271,34 @@ static void remote_orphans(struct fm_tag *o) {
   }
 }
 
-/* Sends n REMOTE blocks p[] to owner's inbox, or, when it has no room for them, chains them
- * on its remote stack in one push. */
-static void remote_send(struct fm_tag *owner, void *const *p, uint32_t n) {
+/* Sends n REMOTE blocks b[] (their addresses as slot_p) to owner's inbox, or, when it has no
+ * room for them, chains them on its remote stack in one push. */
+static void remote_send(struct fm_tag *owner, const struct fm_blk *b, uint32_t n) {
   uint32_t tail = atomic_load_explicit(&owner->tail, memory_order_relaxed);
   for (;;) {
     uint32_t head = atomic_load_explicit(&owner->head, memory_order_acquire);
     if (tail + n - head > fm_pool.inbox_n) {
       for (uint32_t j = 0; j < n; j++) {   /* a link, and a hint of the block FM_AHEAD on for the drain to fetch early */
-        uintptr_t *w = p[j];
-        if (j + 1 < n) w[0] = (uintptr_t)p[j + 1] ^ mix(p[j]);
-        w[1] = (j + FM_AHEAD < n ? (uintptr_t)p[j + FM_AHEAD] : 0) ^ ~mix(p[j]);
+        uintptr_t *w = slot_block((uintptr_t)b[j].p);
+        if (j + 1 < n) w[0] = (uintptr_t)slot_block((uintptr_t)b[j + 1].p) ^ mix(w);
+        w[1] = (j + FM_AHEAD < n ? (uintptr_t)slot_block((uintptr_t)b[j + FM_AHEAD].p) : 0) ^ ~mix(w);
       }
-      uintptr_t h = atomic_load_explicit(&owner->remote, memory_order_relaxed);
+      uintptr_t *last = slot_block((uintptr_t)b[n - 1].p), h = atomic_load_explicit(&owner->remote, memory_order_relaxed);
       do {
         fm_count(CNT_RMW);
-        *(uintptr_t *)p[n - 1] = h ^ mix(p[n - 1]);
-      } while (!atomic_compare_exchange_weak(&owner->remote, &h, (uintptr_t)p[0]));
+        *last = h ^ mix(last);
+      } while (!atomic_compare_exchange_weak(&owner->remote, &h, (uintptr_t)slot_block((uintptr_t)b[0].p)));
       break;
     }
     fm_count(CNT_RMW);
     if (atomic_compare_exchange_weak_explicit(&owner->tail, &tail, tail + n, memory_order_relaxed, memory_order_relaxed)) {
-      for (uint32_t j = 0; j < n; j++) atomic_store_explicit(inbox_slot(owner, tail + j), (uintptr_t)p[j], memory_order_release);
+      struct fm_slot *box = inbox(owner);
+      uint32_t mask = fm_pool.inbox_n - 1;
+      for (uint32_t j = 0; j < n; j++) {
+        struct fm_slot *slot = &box[(tail + j) & mask];
+        __atomic_store_n(&slot->st, b[j].st, __ATOMIC_RELAXED);
+        atomic_store_explicit(&slot->p, (uintptr_t)b[j].p, memory_order_release);
+      }
       break;
     }
   }
@@ -308,14 +314,15 @@ static void outbox_flush(struct fm_tcache *tc) {
 /* REMOTE block p of owner's goes home: into tc's outbox, which is sent in one step when it is
  * full, holds another owner's blocks, or tc refills, flushes statistics or exits (so a thread
  * holds at most FM_OUTBOX blocks of others). */
-static void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p) {
+static void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st) {
+  struct fm_blk b = {(void *)slot_p(p, c), st};
   if (tc == &fm_tc_empty) {
-    remote_send(owner, &p, 1);
+    remote_send(owner, &b, 1);
     return;
   }
   if (tc->out_n && tc->out_to != owner) outbox_flush(tc);
   tc->out_to = owner;
-  tc->out[tc->out_n++] = p;
+  tc->out[tc->out_n++] = b;
   if (tc->out_n == FM_OUTBOX) outbox_flush(tc);
 }
 
@@ -412,13 +419,14 @@ void tcache_setup(void) {
   fm_pool.tc_total = (uint64_t)FM_TC_PER_CPU * fm_pool.cpus;
 }
 
-/* Gives the calling thread a cache and, while one is free, a tag. NULL when the pool has no
- * room for a cache, or under a Valgrind tool (which sees blocks leave and come back): the
- * thread then works directly on the classes, one block at a time. */
-static struct fm_tcache *tcache_attach(void) {
-  if (fm_pool.valgrind) return NULL;
+/* Gives the calling thread a cache and, while one is free, a tag. The empty cache when the
+ * pool has no room for one, the thread's cache is gone (it is exiting), or under a Valgrind
+ * tool (which sees blocks leave and come back): the thread then works directly on the
+ * classes, one block at a time. */
+static cold noinline struct fm_tcache *tcache_attach(void) {
+  if (tcache_gone || fm_pool.valgrind) return &fm_tc_empty;
   struct fm_tcache *tc = cache_new();
-  if (!tc) return NULL;
+  if (!tc) return &fm_tc_empty;
   tag_take(tc);
   atomic_fetch_add_explicit(&fm_pool.caches_live, 1, memory_order_relaxed);
   fm_tc = tc;
@@ -426,10 +434,10 @@ static struct fm_tcache *tcache_attach(void) {
   return tc;
 }
 
+/* (The attach out of line: a caller's frame stays that of a leaf.) */
 static struct fm_tcache *tcache_mine(void) {
   struct fm_tcache *tc = fm_tc;
-  if (tc == &fm_tc_empty && (tcache_gone || !(tc = tcache_attach()))) tc = &fm_tc_empty;
-  return tc;
+  return likely(tc != &fm_tc_empty) ? tc : tcache_attach();
 }
 
 void tcache_stats(struct tcache_stats *s) {
@@ -543,7 +551,7 @@ void tcache_free(void *p, unsigned c, fm_st *st) {
                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
       fault_stop("double free (by two threads at once)", p, (int)c);
     if (s != ST_LIVE) {
-      remote_free(tc, &fm_pool.tags[s - ST_OWNED], p);
+      remote_free(tc, &fm_pool.tags[s - ST_OWNED], p, c, st);
       return;
     }
   }
@@ -592,7 +600,7 @@ void tcache_after_fork(void) {
   struct fm_tag *mine = me ? me->t : NULL;
   if (mine)
     for (uint32_t i = mine->head; i != mine->tail; i++)
-      if (!*inbox_slot(mine, i)) *inbox_slot(mine, i) = INBOX_HOLE;
+      if (!inbox(mine)[i & (fm_pool.inbox_n - 1)].p) inbox(mine)[i & (fm_pool.inbox_n - 1)].p = INBOX_HOLE;
   uint32_t used = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
   atomic_store_explicit(&fm_pool.tags_free, 0, memory_order_relaxed);
   for (uint32_t i = used; i-- > 0;) {
@@ -602,7 +610,7 @@ void tcache_after_fork(void) {
     atomic_store_explicit(&t->live, 0, memory_order_relaxed);
     atomic_store_explicit(&t->draining, 0, memory_order_relaxed);
     t->pending = 0;
-    if (t->head != t->tail) memset((void *)inbox_slot(t, 0), 0, fm_pool.inbox_n * sizeof *fm_pool.inbox);
+    if (t->head != t->tail) memset(inbox(t), 0, fm_pool.inbox_n * sizeof *fm_pool.inbox);
     t->head = t->tail = 0;
     tag_push(t);
   }

@@ -203,10 +203,18 @@ struct fm_blk {
   fm_st *st;
 };
 
+/* A slot of an inbox: a block another thread freed, its class and its state's address, so its
+ * owner takes it home without looking it up. p 0: empty, or reserved and not yet written. */
+struct fm_slot {
+  _Atomic uintptr_t p;   /* the block's address | (class + 1) << FM_SLOT_CLASS */
+  fm_st *st;
+};
+#define FM_SLOT_CLASS 56u   /* addresses of user space stay below 2^56 */
+
 /* An owner tag (ONE WRITER PER STATE): a LIVE value a thread holds while it runs, and where
  * other threads free the blocks handed out with it: its inbox, a ring of fm_pool.inbox_n
- * addresses in the meta area (the holder takes them without reading the blocks, eight to a
- * line), and, when the inbox is full, a stack linked through the blocks (mangled links).
+ * blocks in the meta area (the holder takes them without reading the blocks or looking them up,
+ * four to a line), and, when the inbox is full, a stack linked through the blocks (mangled links).
  * FM_TAGS of them, recycled through a lock-free stack. */
 struct fm_tag {
   _Atomic uintptr_t remote;   /* blocks freed when the inbox was full (mangled links) */
@@ -238,9 +246,9 @@ struct fm_tcache {
   uint32_t pressure;     /* times the bins could not grow since the budget last doubled */
   uint64_t earned;       /* the budget it earned by demand */
   struct fm_tcache *next, *prev;   /* the list of caches */
-  struct fm_tag *out_to;      /* outbox: blocks of tag out_to freed here, sent in one step */
+  struct fm_tag *out_to;      /* outbox: blocks of tag out_to freed here (as inbox slots hold them), sent in one step */
   uint32_t out_n;
-  void *out[FM_OUTBOX];
+  struct fm_blk out[FM_OUTBOX];
   struct fm_blk *top[FM_BINS];
   struct fm_blk *lim[FM_BINS];
   struct fm_blk *base[FM_BINS];
@@ -343,7 +351,7 @@ struct fm_pool {
   unsigned cpus;             /* CPUs the process may run on (sched_getaffinity) */
   struct fm_blk *xfer;       /* the shards' transfer caches, FM_XFER blocks each (class.c) */
   struct fm_tag *tags;       /* FM_TAGS of them */
-  _Atomic uintptr_t *inbox;  /* their inboxes, inbox_n slots each (0: empty, or reserved and not yet written) */
+  struct fm_slot *inbox;     /* their inboxes, inbox_n slots each */
   uint32_t inbox_n;          /* a power of two: 1/64 of the pool for all, within [FM_OUTBOX, FM_INBOX_MAX] */
   _Atomic uint32_t tags_used;
   _Atomic uint64_t tags_free;     /* counted stack of unused tags */

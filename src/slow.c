@@ -71,10 +71,19 @@ void *fm_malloc_slow(size_t size) {
 /* free() of p, the start of a block with its state at st in a chunk whose line reads line_e
  * (its class + 1 in the low byte), that the fast path could not take (another thread's block,
  * a full bin, a block not LIVE): the block is not looked up again. */
+static always_inline void free_block_in(void *p, fm_st *st, uint64_t line_e) {
+  if (likely(st_live(st_load(st)))) return tcache_free(p, (uint8_t)line_e - 1u, st);
+  block_free(p);   /* names the fault */
+}
+
+static cold noinline void free_block_sampled(void *p, fm_st *st, uint64_t line_e) {
+  heap_free(p);
+  free_block_in(p, st, line_e);
+}
+
 void fm_free_block(void *p, fm_st *st, uint64_t line_e) {
-  if (heap_on) heap_free(p);
-  if (likely(st_live(st_load(st)))) tcache_free(p, (uint8_t)line_e - 1u, st);
-  else block_free(p);   /* names the fault */
+  if (unlikely(heap_on)) return free_block_sampled(p, st, line_e);
+  free_block_in(p, st, line_e);
 }
 
 void fm_free_slow(void *p) {

@@ -279,9 +279,9 @@ static void remote_send(struct fm_tag *owner, const struct fm_blk *b, uint32_t n
     uint32_t head = atomic_load_explicit(&owner->head, memory_order_acquire);
     if (tail + n - head > fm_pool.inbox_n) {
       for (uint32_t j = 0; j < n; j++) {   /* a link, and a hint of the block FM_AHEAD on for the drain to fetch early */
-        uintptr_t *w = slot_block((uintptr_t)b[j].p);
-        if (j + 1 < n) w[0] = (uintptr_t)slot_block((uintptr_t)b[j + 1].p) ^ mix(w);
-        w[1] = (j + FM_AHEAD < n ? (uintptr_t)slot_block((uintptr_t)b[j + FM_AHEAD].p) : 0) ^ ~mix(w);
+        uintptr_t *w = slot_block((uintptr_t)b[j].p), m = mix(w);
+        if (j + 1 < n) w[0] = (uintptr_t)slot_block((uintptr_t)b[j + 1].p) ^ m;
+        w[1] = (j + FM_AHEAD < n ? (uintptr_t)slot_block((uintptr_t)b[j + FM_AHEAD].p) : 0) ^ ~m;
       }
       uintptr_t *last = slot_block((uintptr_t)b[n - 1].p), h = atomic_load_explicit(&owner->remote, memory_order_relaxed);
       do {
@@ -305,7 +305,7 @@ static void remote_send(struct fm_tag *owner, const struct fm_blk *b, uint32_t n
   if (!atomic_load(&owner->live)) remote_orphans(owner);
 }
 
-static void outbox_flush(struct fm_tcache *tc) {
+static noinline void outbox_flush(struct fm_tcache *tc) {
   if (!tc->out_n) return;
   remote_send(tc->out_to, tc->out, tc->out_n);
   tc->out_n = 0;
@@ -314,7 +314,7 @@ static void outbox_flush(struct fm_tcache *tc) {
 /* REMOTE block p of owner's goes home: into tc's outbox, which is sent in one step when it is
  * full, holds another owner's blocks, or tc refills, flushes statistics or exits (so a thread
  * holds at most FM_OUTBOX blocks of others). */
-static void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st) {
+static noinline void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st) {
   struct fm_blk b = {(void *)slot_p(p, c), st};
   if (tc == &fm_tc_empty) {
     remote_send(owner, &b, 1);
@@ -518,7 +518,7 @@ void *tcache_alloc_direct(unsigned c, bool borrow) { return take(tc_native, c, b
 /* ---- flush ------------------------------------------------------------------------------- */
 /* Caches CACHED block p of class c (st its state) in tc, or gives it back to the class when tc
  * has no bin for it or no room within its budget. */
-static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
+static noinline void put_full(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
   unsigned c1 = c + 1;
   if (!tc->base[c1]) {   /* no cache: no caching */
     class_give(c, shard_now(tc), &(struct fm_blk){p, st}, 1);
@@ -536,26 +536,38 @@ static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
   *tc->top[c1]++ = (struct fm_blk){p, st};
 }
 
+static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
+  struct fm_blk *top = tc->top[c + 1];
+  if (unlikely(top >= tc->lim[c + 1])) return put_full(tc, p, c, st);   /* (no cache: lim == top == NULL) */
+  *top = (struct fm_blk){p, st};
+  tc->top[c + 1] = top + 1;
+}
+
 /* free() of LIVE block p of class c (st its state) when the fast path could not take it: the
  * thread's own block to its cache; a block of another tag to that tag's inbox; a block
  * no tag owns to this thread's cache, taken with one atomic step. */
-void tcache_free(void *p, unsigned c, fm_st *st) {
-  struct fm_tcache *tc = tcache_mine();
+static always_inline void free_in(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
   fm_st s = st_load(st);
   if (s == tc->own) {
     st_store(st, ST_CACHED);
-  } else {
-    /* the state was LIVE when free() checked it: anything else now is another free's doing */
-    fm_count(CNT_RMW);
-    if (!st_live(s) || !__atomic_compare_exchange_n(st, &s, s == ST_LIVE ? ST_CACHED : ST_REMOTE, false,
-                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-      fault_stop("double free (by two threads at once)", p, (int)c);
-    if (s != ST_LIVE) {
-      remote_free(tc, &fm_pool.tags[s - ST_OWNED], p, c, st);
-      return;
-    }
+    return put(tc, p, c, st);
   }
+  /* the state was LIVE when free() checked it: anything else now is another free's doing */
+  fm_count(CNT_RMW);
+  if (!st_live(s) || !__atomic_compare_exchange_n(st, &s, s == ST_LIVE ? ST_CACHED : ST_REMOTE, false,
+                                                  __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    fault_stop("double free (by two threads at once)", p, (int)c);
+  if (s != ST_LIVE) return remote_free(tc, &fm_pool.tags[s - ST_OWNED], p, c, st);
   put(tc, p, c, st);
+}
+
+static cold noinline void free_attach(void *p, unsigned c, fm_st *st) { free_in(tcache_attach(), p, c, st); }
+
+/* (Every way out a tail call: no register to save on the way to another thread's outbox.) */
+void tcache_free(void *p, unsigned c, fm_st *st) {
+  struct fm_tcache *tc = fm_tc;
+  if (unlikely(tc == &fm_tc_empty)) return free_attach(p, c, st);
+  free_in(tc, p, c, st);
 }
 
 void tcache_free_direct(void *p, unsigned c, fm_st *st) {

@@ -47,7 +47,7 @@ static struct fm_shard *shard_lock(struct fm_class *k, unsigned sh) {
 
 unsigned class_of(size_t size) { return fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN] - 1u; }
 
-static uint32_t span_head(uint64_t e) { return (uint32_t)(((e >> 8) - fm_pool.heap_base) >> fm_pool.chunk_shift); }
+static uint32_t span_head(uint64_t e) { return (uint32_t)(((e & ~0xffull) - fm_pool.heap_base) >> fm_pool.chunk_shift); }
 
 /* Class of the span holding p, or -1 when p is not in a span. */
 int class_at(const void *p) {
@@ -64,7 +64,7 @@ int class_find(const void *p, fm_st **st) {
   if (off >= fm_pool.heap_size) return -1;
   const struct fm_line *l = &fm_pool.line[off >> fm_pool.chunk_shift];
   uint64_t e = __atomic_load_n(&l->e, __ATOMIC_ACQUIRE), magic = fm_cf.magic[(uint8_t)e];
-  unsigned __int128 m = (unsigned __int128)((uintptr_t)p - (e >> 8)) * magic;
+  unsigned __int128 m = (unsigned __int128)((uintptr_t)p - (e & ~0xffull)) * magic;
   if ((uint64_t)m >= magic) return -1;   /* inside a block, or no class (magic 0) */
   unsigned c = (uint8_t)e - 1u;
   if ((uint64_t)(m >> 64) >= fm_pool.cls[c].nblocks) return -1;
@@ -195,7 +195,7 @@ static bool span_new(unsigned c, struct fm_shard *h) {
     }
   }
   for (uint32_t j = 0; j < k->span_chunks; j++)
-    __atomic_store_n(&line(head + j)->e, (uint64_t)chunk_addr(head) << 8 | (c + 1), __ATOMIC_RELEASE);
+    __atomic_store_n(&line(head + j)->e, (uint64_t)chunk_addr(head) | (c + 1), __ATOMIC_RELEASE);
   uint64_t *sum = summary(head);
   memset(sum, 0, 64);
   for (uint32_t i = 0; i < groups(k); i++) sum[i / 64] |= 1ull << (i % 64);
@@ -358,7 +358,7 @@ static bool group_run(const struct fm_blk *b, uintptr_t size) {
  * block's number: checked by a multiplication against the block's address. */
 static uint32_t give_run(const struct fm_class *k, uint64_t e, const struct fm_blk *b, uint32_t i, uint32_t n, uint64_t *sum) {
   /* locals: the state stores could alias the pool's fields for the compiler */
-  const uintptr_t span = (uintptr_t)(e >> 8), heap = fm_pool.heap_base;
+  const uintptr_t span = (uintptr_t)(e & ~0xffull), heap = fm_pool.heap_base;
   const uintptr_t size = k->size, nblocks = k->nblocks, bytes = (uintptr_t)k->span_chunks << fm_pool.chunk_shift;
   const struct fm_line *lines = fm_pool.line;
   const unsigned shift = fm_pool.chunk_shift;

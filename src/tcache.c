@@ -315,14 +315,14 @@ static noinline void outbox_flush(struct fm_tcache *tc) {
  * full, holds another owner's blocks, or tc refills, flushes statistics or exits (so a thread
  * holds at most FM_OUTBOX blocks of others). */
 static noinline void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st) {
-  struct fm_blk b = {(void *)slot_p(p, c), st};
-  if (tc == &fm_tc_empty) {
-    remote_send(owner, &b, 1);
-    return;
-  }
+  if (tc == &fm_tc_empty) return remote_send(owner, &(struct fm_blk){(void *)slot_p(p, c), st}, 1);
   if (tc->out_n && tc->out_to != owner) outbox_flush(tc);
   tc->out_to = owner;
-  tc->out[tc->out_n++] = b;
+  /* field by field: a pair built on the stack and copied whole is read back before its two
+   * stores can be forwarded (a stall of most of this function's time, in perf) */
+  struct fm_blk *b = &tc->out[tc->out_n++];
+  b->p = (void *)slot_p(p, c);
+  b->st = st;
   if (tc->out_n == FM_OUTBOX) outbox_flush(tc);
 }
 

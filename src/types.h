@@ -190,7 +190,7 @@ struct fm_cf {
 /* One per chunk, in the meta area: all free() reads about a chunk, in half a cache line. */
 #define FM_LINE_STATES 16u
 struct fm_line {
-  uint64_t e;                    /* span address << 8 | (class + 1); 0: not in a span */
+  uint64_t e;                    /* span address (a chunk's: its low byte 0) | (class + 1); 0: not in a span */
   uintptr_t st;                  /* block q starting in this chunk has its state at st + q */
   fm_st own[FM_LINE_STATES];     /* those states, for a class of at most 16 blocks a chunk */
 };

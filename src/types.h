@@ -59,9 +59,10 @@
  * LIVE) are plain loads and stores, no atomic step on the hot pair. Any other thread frees it
  * with one compare-exchange LIVE -> REMOTE and adds it to its outbox, which goes to the tag's
  * inbox in one step (full, another tag's block, or the freeing thread's refill or exit): a ring
- * of addresses (up to FM_INBOX_MAX, by the pool's size), so the holder takes them home without
- * reading the blocks (a list linked through them costs a cache miss per block, each waiting for
- * the last); only when the ring is full do they wait on a stack linked through the blocks. The
+ * of slots (address, class, state's address; up to FM_INBOX_MAX, by the pool's size), so the
+ * holder takes them home without reading or looking up the blocks (a list linked through them
+ * costs a cache miss per block, each waiting for the last); only when the ring is full do they
+ * wait on a stack linked through the blocks. The
  * holder takes up to FM_COLLECT blocks home at each refill, and a block whose state is no
  * longer REMOTE there was freed twice (two threads at once: the owner's plain store overwrote
  * the exchange) and stops the program before the block is handed out again.

@@ -243,7 +243,7 @@ __attribute__((unused)) static void fmt_join(pthread_t t)
 
 /* ---- threads that hold every owner tag ---- */
 #define FM_TAGS 250 /* src/types.h: threads whose blocks carry their own LIVE value at once */
-#define FM_INBOX 8192 /* src/types.h: FM_INBOX_MAX, a tag's inbox in pools of 1 GiB and more (the default) */
+#define FM_INBOX 8192 /* src/types.h: FM_INBOX_MAX, a tag's inbox in pools of 2 GiB and more (meson runs links so) */
 #define WITH_TAG() (fmt_flatmalloc ? fmt_stat("\"with_tag\":") : 0)
 #define FMT_HOLDERS_MAX 300
 static pthread_t fmt_holder[FMT_HOLDERS_MAX];

@@ -28,7 +28,7 @@ static always_inline void fm_free(void *ptr) {
     unsigned c1 = (uint8_t)e;
     unsigned __int128 m = (unsigned __int128)((uintptr_t)ptr + c1 - e) * magic;   /* ptr - span */
     fm_st *st = (fm_st *)(fm_pool.line[ch].st + (uint64_t)(m >> 64));
-    __builtin_prefetch(st, 1);   /* owned: another thread's block's state is written next (x86: prefetchw) */
+    __builtin_prefetch(st, 1);   /* for writing (x86: prefetchw): another thread's block's state is compare-exchanged next */
     struct fm_tcache *tc = fm_tc;
     struct fm_blk *top = tc->top[c1];
     if (likely((uint64_t)m < magic && *st == tc->own && top < tc->lim[c1])) {   /* plain: its owner is the only writer */

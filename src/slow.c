@@ -68,9 +68,6 @@ void *fm_malloc_slow(size_t size) {
   return malloc_start(size);
 }
 
-/* free() of p, the start of a block with its state at st in a chunk whose line reads line_e
- * (its class + 1 in the low byte), that the fast path could not take (another thread's block,
- * a full bin, a block not LIVE): the block is not looked up again. */
 static always_inline void free_block_in(void *p, fm_st *st, uint64_t line_e) {
   if (likely(st_live(st_load(st)))) return tcache_free(p, (uint8_t)line_e - 1u, st);
   block_free(p);   /* names the fault */
@@ -81,6 +78,10 @@ static cold noinline void free_block_sampled(void *p, fm_st *st, uint64_t line_e
   free_block_in(p, st, line_e);
 }
 
+/* free() of p, the start of a block with its state at st in a chunk whose line reads line_e
+ * (its class + 1 in the low byte), that the fast path could not take (another thread's block,
+ * a full bin, a block not LIVE): the block is not looked up again. (The sampled heap's record
+ * out of line: every way on is a tail call.) */
 void fm_free_block(void *p, fm_st *st, uint64_t line_e) {
   if (unlikely(heap_on)) return free_block_sampled(p, st, line_e);
   free_block_in(p, st, line_e);

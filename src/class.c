@@ -131,7 +131,8 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     if (k->xfer_max < batch) k->xfer_max = batch;
     k->reserve = (uint64_t)heap_chunks * o->class_bp[c] / 10000;
     k->states = (uint32_t)((span + size - 1) / size);
-    k->line_states = (chunk + size - 1) / size <= FM_LINE_STATES;
+    k->line_states = fm_line_states(size, fm_pool.chunk_shift);
+    k->st_shift = (uint8_t)fm_st_shift(size);
     k->bucket_mul = (((uint64_t)FM_BUCKETS << 32) + n - 1) / n;   /* (nblocks - 1) * it >> 32 < FM_BUCKETS */
     fm_cf.magic[c + 1] = UINT64_MAX / size + 1;
     fm_cf.size[c + 1] = size;
@@ -184,14 +185,14 @@ static bool span_new(unsigned c, struct fm_shard *h) {
    * address past it never reads LIVE, which is what free()'s fast path relies on; each line
    * says where its chunk's blocks' states are before its entry names the class */
   uintptr_t span = chunk_addr(head), chunk = (uintptr_t)1 << fm_pool.chunk_shift;
-  if (!k->line_states) memset(fm_st_q(span, 0), ST_FREE, k->states);
+  if (!k->line_states) memset(fm_st_q(k, span, 0), ST_FREE, k->states);
   for (uint32_t j = 0; j < k->span_chunks; j++) {
     struct fm_line *l = line(head + j);
     if (k->line_states) {
       memset(l->own, ST_FREE, sizeof l->own);
       l->st = (uintptr_t)l->own - (j * chunk + k->size - 1) / k->size;   /* its first block's number */
     } else {
-      l->st = (uintptr_t)fm_st_q(span, 0);
+      l->st = (uintptr_t)fm_st_q(k, span, 0);
     }
   }
   for (uint32_t j = 0; j < k->span_chunks; j++)
@@ -227,7 +228,7 @@ static inline fm_st *span_state(const struct fm_class *k, bool in_lines, uint32_
   return in_lines ? state_of(k, head, q) : st0 + q;
 }
 
-/* The 8 states of a group of blocks (in the shadow: 8-aligned, as span states start 512-aligned)
+/* The 8 states of a group of blocks (in a shadow: 8-aligned, as a span's states start on a chunk >> s)
  * as one word: each byte is still written alone by its block's owner, and under the shard's lock
  * no one else writes FREE states (relaxed atomics, plain moves on x86). */
 #define GROUP_ONES 0x0101010101010101ull

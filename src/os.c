@@ -28,12 +28,6 @@ bool os_commit(void *p, size_t size) {
   return ok;
 }
 
-void os_hugepages(void *p, size_t size) {
-  int saved = errno;
-  madvise(p, size, MADV_HUGEPAGE);
-  errno = saved;
-}
-
 bool os_overcommit_strict(void) {
   char c = 0;
   int fd = open("/proc/sys/vm/overcommit_memory", O_RDONLY | O_CLOEXEC);

@@ -13,9 +13,6 @@ hidden void *os_reserve(size_t size, int prefault, int commit);
 /* Makes [p, p+size) readable and writable (page multiples); false when the kernel's commit
  * limit refuses. Keeps errno. */
 hidden bool os_commit(void *p, size_t size);
-/* Asks for [p, p+size) to be backed by huge pages where the kernel offers them (transparent
- * huge pages in "madvise" or "always" mode); nothing happens where it does not. Keeps errno. */
-hidden void os_hugepages(void *p, size_t size);
 /* vm.overcommit_memory is 2: every writable private page counts against the commit limit,
  * MAP_NORESERVE or not, and again in each forked child. */
 hidden bool os_overcommit_strict(void);

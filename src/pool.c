@@ -24,20 +24,21 @@ static cold __attribute__((noreturn)) void too_small(size_t size) {
                "pool too small (it needs room for its tables and one span of the largest class)");
 }
 
-/* [ state shadow | lines | run records | pages bitmap | size -> class | tags | inboxes | shards | transfer caches ] heap
+/* [ state shadows | lines | run records | pages bitmap | size -> class | tags | inboxes | shards | transfer caches ] heap
  * The pool is the heap: its tables come on top, in the same reservation, so that a pool of N
  * bytes holds N bytes of blocks. The heap starts on a chunk boundary after them, so every span
  * is aligned to the chunk size. */
 struct layout {
   unsigned shift;
-  size_t nchunks, nshards, shadow_off, line_off, rec_off, pages_off, tab_off, tag_off, inbox_off, shard_off, xfer_off, meta;
+  size_t nchunks, nshards, shadow_off[FM_SHADOWS], line_off, rec_off, pages_off, tab_off, tag_off, inbox_off, shard_off, xfer_off, meta;
   uint32_t inbox_n;
 };
 
 static void layout_of(size_t size, struct layout *L) {
   const struct fm_options *o = &fm_pool.opt;
-  /* Meta is 72 bytes a chunk (line and run record) and the shadow 1/16 of the heap (pages of it
-   * are touched only where spans are); in a big pool a heap spread thin (blocks of tens of KiB
+  /* Meta is 96 bytes a chunk (line and run record) and the shadows 1/2^s of the heap for each
+   * scale s a class uses (1/8 in all for the default classes; pages of them are touched only
+   * where spans of those classes are); in a big pool a heap spread thin (blocks of tens of KiB
    * touched at their start only) pays it in page faults and cache misses, a small pool in large
    * blocks rounded up to whole chunks. */
   unsigned shift = size >= FM_POOL_BIG ? FM_CHUNK_SHIFT_BIG : FM_CHUNK_SHIFT_MIN;
@@ -50,8 +51,16 @@ static void layout_of(size_t size, struct layout *L) {
   while (L->nshards < 2 * (size_t)os_cpus() && L->nshards < FM_SHARDS_MAX) L->nshards *= 2;
   while (L->nshards > 1 && L->nshards * o->nclass * per_shard > size / 16) L->nshards /= 2;
   size_t ntab = o->class_size[o->nclass - 1] / FM_ALIGN + 1;
-  L->shadow_off = 0;
-  L->line_off = align_up(L->shadow_off + (L->nchunks << (shift - 4)), 64);
+  /* a shadow for each scale a class whose states are not in the lines uses (types.h) */
+  size_t off = 0;
+  for (unsigned s = 0; s < FM_SHADOWS; s++) L->shadow_off[s] = SIZE_MAX;
+  for (unsigned c = 0; c < o->nclass; c++) {
+    unsigned s = fm_st_shift(o->class_size[c]);
+    if (fm_line_states(o->class_size[c], shift) || L->shadow_off[s] != SIZE_MAX) continue;
+    L->shadow_off[s] = off;
+    off = align_up(off + (L->nchunks << shift >> s), 64);
+  }
+  L->line_off = off;
   L->rec_off = align_up(L->line_off + L->nchunks * sizeof(struct fm_line), 64);
   L->pages_off = align_up(L->rec_off + L->nchunks * sizeof(struct fm_run), 64);
   L->tab_off = align_up(L->pages_off + (L->nchunks + 63) / 64 * 8, 64);
@@ -84,14 +93,8 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
     options_fail("FLATMALLOC_POOL", o->pool_text ? o->pool_text : "(default)",
                  "the commit limit (vm.overcommit_memory=2) refused the pool's tables");
   P->line = (const struct fm_line *)(base + L->line_off);
-  /* The state shadow past its first 2 MiB (which holds the states of the heap's first 32 MiB)
-   * on transparent huge pages: a free in a large heap then reads its state without a TLB miss
-   * (a span of 256 blocks of 256 B has its states on a 4 KiB page of their own), while a small
-   * heap never touches it. At most 1/16 of the heap's extent. */
-  size_t shadow_end = (L->shadow_off + (L->nchunks << (shift - 4))) & ~(size_t)(POOL_ALIGN - 1);
-  if (!P->valgrind && !P->lazy_commit && shadow_end > 2 * (size_t)POOL_ALIGN)
-    os_hugepages((void *)(base + POOL_ALIGN), shadow_end - POOL_ALIGN);
-  P->st_bias = base + L->shadow_off - (P->heap_base >> 4);
+  for (unsigned s = 0; s < FM_SHADOWS; s++)
+    P->st_bias[s] = L->shadow_off[s] == SIZE_MAX ? 0 : base + L->shadow_off[s] - (P->heap_base >> s);
   P->tags = (struct fm_tag *)(base + L->tag_off);
   P->inbox = (struct fm_slot *)(base + L->inbox_off);
   P->inbox_n = L->inbox_n;

@@ -275,9 +275,11 @@ static bool commit_to(uint32_t to) {
   uint32_t step = (uint32_t)((1u << 20) >> fm_pool.chunk_shift);
   uint32_t want = (to + step - 1) / step * step;
   if (want > H.nchunks) want = H.nchunks;
-  const void *shadow = (const void *)(fm_pool.st_bias + (fm_pool.heap_base >> 4));
-  if (!commit_entries(fm_pool.line, sizeof *fm_pool.line, H.committed, want) ||
-      !commit_entries(shadow, (size_t)1 << (fm_pool.chunk_shift - 4), H.committed, want) || !commit_entries(H.rec, sizeof *H.rec, H.committed, want) ||
+  for (unsigned s = 0; s < FM_SHADOWS; s++)
+    if (fm_pool.st_bias[s] && !commit_entries((const void *)(fm_pool.st_bias[s] + (fm_pool.heap_base >> s)),
+                                              (size_t)1 << (fm_pool.chunk_shift - s), H.committed, want))
+      return false;
+  if (!commit_entries(fm_pool.line, sizeof *fm_pool.line, H.committed, want) || !commit_entries(H.rec, sizeof *H.rec, H.committed, want) ||
       !commit_entries(H.pages, 1, H.committed / 8, (want + 63) / 8) ||
       !os_commit((void *)(fm_pool.heap_base + ((uintptr_t)H.committed << fm_pool.chunk_shift)),
                  (size_t)(want - H.committed) << fm_pool.chunk_shift))

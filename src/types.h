@@ -39,13 +39,15 @@
  * multiplication by the class's magic (q = high half, and the low half < magic iff the address
  * is a block start). A class of at most 16 blocks a chunk (1 KiB and up with 16 KiB chunks)
  * keeps the states of the blocks starting in a chunk in that chunk's line itself, so a free
- * reads one cache line of meta; a smaller class's states are packed per span in the shadow, a
- * meta array of 1/16 byte per heap byte, from the start of the span's part of it (every line of
- * the span names it). Packed, a large heap's states stay in cache (262,144 blocks of 64 B:
- * 256 KiB). Past its first 2 MiB (the states of the heap's first 32 MiB) the shadow is on
- * transparent huge pages: a span of 256 blocks of 256 B has its states on a 4 KiB page of
- * their own, a TLB miss per free in a large heap. A thread cache keeps each cached block's
- * state address beside it, so malloc() writes the state without looking the span up. A state
+ * reads one cache line of meta; a smaller class's states are packed per span in a shadow, a
+ * meta array of one byte per 2^s heap bytes, 2^s being the class's size rounded down to a power
+ * of two (a shadow per such scale that a class uses), from the start of the span's part of it
+ * (every line of the span names it). So the pages of a class's states are a 2^s-th of its
+ * spans' memory where those lie together, at least half of it states: for blocks of 48 B a
+ * 32nd, of 256 B a 256th (one shadow of 1/16 byte per heap byte, as before, took a 16th for
+ * every class: 6 % of a program's memory). A large heap's states stay in cache and few pages
+ * (262,144 blocks of 64 B: 256 KiB; a page holds the states of 1 MiB of blocks of 256 B). A
+ * thread cache keeps each cached block's state address beside it, so malloc() writes the state without looking the span up. A state
  * is FREE (in its span; 0, so fresh memory needs no set-up), CACHED (in a thread cache; ZERO
  * when it was never handed out and its pages never written), REMOTE (freed by a thread that
  * does not own it, waiting for its owner) or LIVE: OWNED + tag when a thread holding a
@@ -150,6 +152,7 @@
 #define FM_CHUNK_SHIFT_MIN 13u
 #define FM_CHUNK_SHIFT_BIG 14u      /* in pools of FM_POOL_BIG or more: half the meta per heap byte */
 #define FM_POOL_BIG (4ull << 30)
+#define FM_SHADOWS 32u               /* state shadows, by scale 2^s: s < 32 */
 #define FM_CHUNKS_MAX (1u << 22)     /* page map and run records have at most this many entries */
 #define FM_SPAN_BLOCKS 4096u         /* most blocks in one span (the summary is 512 bits) */
 #define FM_POOL_MAX (1ull << 44)
@@ -278,6 +281,7 @@ struct fm_class {
   uint32_t xfer_max;                  /* blocks a shard's transfer cache holds */
   uint32_t states;                    /* state bytes of a span: one per multiple of size below its end */
   bool line_states;                   /* the states sit in the chunks' lines (16 or fewer blocks a chunk) */
+  uint8_t st_shift;                   /* else in shadow st_shift (fm_st_shift) */
   uint64_t bucket_mul;                /* 2^32 * FM_BUCKETS / nblocks, rounded up (bucket_of) */
   uint64_t reserve;                   /* chunks held for this class (FLATMALLOC_CLASSES percent) */
   struct fm_shard *sh;                /* fm_pool.nshards of them */
@@ -330,7 +334,6 @@ struct fm_pool {
   size_t small_lim;          /* sizes below this take the fast path; 0 before start-up */
   const uint8_t *cls_of;     /* (size + 15) / 16 -> class + 1 */
   const struct fm_line *line;   /* per chunk: span, class, where its blocks' states are */
-  uintptr_t st_bias;         /* a shadow span's states start at st_bias + span address / 16 (shadow - heap_base / 16) */
   unsigned chunk_shift;
   uint64_t key;              /* random, per process */
 
@@ -360,6 +363,7 @@ struct fm_pool {
   uint64_t tc_total;              /* what all caches may hold: FM_TC_PER_CPU a CPU */
   struct fm_options opt;
   struct fm_class cls[FM_CLASS_MAX];
+  uintptr_t st_bias[FM_SHADOWS];   /* shadow s: a span's states start at st_bias[s] + span address >> s (0: no shadow) */
 };
 
 hidden extern struct fm_pool fm_pool;
@@ -367,7 +371,14 @@ hidden extern struct fm_cf fm_cf;
 hidden extern __thread struct fm_tcache *fm_tc __attribute__((tls_model("initial-exec")));
 hidden extern struct fm_tcache fm_tc_empty;
 
-/* The shadow's state byte of block q of the span at span_addr (BLOCK STATE above). */
-static inline fm_st *fm_st_q(uintptr_t span_addr, uint64_t q) { return (fm_st *)(fm_pool.st_bias + (span_addr >> 4) + q); }
+/* Does a class of this size keep its states in the chunks' lines (at most FM_LINE_STATES blocks
+ * start in a chunk), rather than in a shadow? */
+static inline bool fm_line_states(size_t size, unsigned chunk_shift) { return (((size_t)1 << chunk_shift) + size - 1) / size <= FM_LINE_STATES; }
+/* The scale of the shadow that holds a class's states: its size rounded down to a power of two. */
+static inline unsigned fm_st_shift(size_t size) { return 63u - (unsigned)__builtin_clzll(size); }
+/* The state byte of block q of class k's span at span_addr, in its shadow (BLOCK STATE above). */
+static inline fm_st *fm_st_q(const struct fm_class *k, uintptr_t span_addr, uint64_t q) {
+  return (fm_st *)(fm_pool.st_bias[k->st_shift] + (span_addr >> k->st_shift) + q);
+}
 
 #endif

@@ -3,12 +3,13 @@
  * or writes the memory it manages, except madvise giving its pages back.
  *
  * Free runs are indexed by length (two-level segregated fit: a bitmap of first levels, one of
- * second levels per first level), so a good fit is found in O(1) and a released run merges
- * with both neighbours in O(1). A run never merges with the untouched space above top; a
+ * second levels per first level; two such indexes, runs that may hold pages searched first),
+ * so a good fit is found in O(1) and a released run merges with both neighbours in O(1). A run never merges with the untouched space above top; a
  * request that fits no list grows the free run that ends at top, or is cut from top.
  *
  * Pages. A bit per chunk says it may hold pages (it was handed out and has not been given
- * back since). Free runs that may hold pages wait in a FIFO, oldest first; when the chunks
+ * back since). Free runs that may hold pages wait in a FIFO, oldest first; a run taken where
+ * no page was gives back as many chunks of the oldest (release_for_fresh); when the chunks
  * they hold pass the budget, each free or take of a run gives back pages of the oldest runs:
  * at most twice the chunks it moved plus RELEASE_CHUNKS, scanning at most RELEASE_WORDS words
  * of the bitmap, so a call's work stays proportional to its run, and what is over the budget
@@ -37,14 +38,15 @@ static struct {
   uint32_t nchunks, top;     /* [top, nchunks) was never handed out */
   uint32_t quarantine;       /* runs that start below it belong to a forked parent */
   uint32_t committed;        /* chunks made accessible (strict overcommit) */
-  uint32_t fl_map;
-  uint32_t sl_map[FL_COUNT];
-  uint32_t heads[FL_COUNT][SL_COUNT];   /* chunk index + 1 */
+  uint32_t fl_map[2];                   /* [0]: free runs without pages, [1]: with (RUN_WARM) */
+  uint32_t sl_map[2][FL_COUNT];
+  uint32_t heads[2][FL_COUNT][SL_COUNT];   /* chunk index + 1 */
   uint32_t oldest, newest;              /* release FIFO, chunk index + 1 */
   uint64_t used, used_peak, listed, dirty, released;
   uint64_t retain;                      /* chunks */
   uint64_t delay, window;               /* ms: FLATMALLOC_RETAIN_DELAY; when this window began */
   uint64_t peak_now, peak_before;       /* the most chunks in use in this window, in the one before */
+  uint32_t fresh;                       /* chunks without pages the last take handed out */
   uint64_t held[FM_CLASS_MAX + 1], reserve[FM_CLASS_MAX + 1];
   uint64_t outstanding;                 /* sum of max(0, reserve - held) */
 } H = {.lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP};
@@ -116,16 +118,18 @@ static void fifo_append(uint32_t i) {
   H.newest = idx1(i);
 }
 
-/* Marks [i, i+len) a free run and lists it (not merged: the caller did that). */
+/* Marks [i, i+len) a free run and lists it (not merged: the caller did that): with the runs
+ * that may hold pages when it may (RUN_WARM; it stays there when a release gives them back),
+ * else with those that do not. */
 static void list_insert(uint32_t i, uint32_t len, uint32_t dirty) {
   struct fm_run *r = R(i);
-  unsigned fl, sl;
+  unsigned fl, sl, w = dirty != 0;
   mapping(len, &fl, &sl);
-  *r = (struct fm_run){.len = len, .kind = RUN_FREE, .dirty = dirty, .next = H.heads[fl][sl]};
+  *r = (struct fm_run){.len = len, .kind = RUN_FREE, .flags = w ? RUN_WARM : 0, .dirty = dirty, .next = H.heads[w][fl][sl]};
   if (r->next) R(r->next - 1)->prev = idx1(i);
-  H.heads[fl][sl] = idx1(i);
-  H.fl_map |= 1u << fl;
-  H.sl_map[fl] |= 1u << sl;
+  H.heads[w][fl][sl] = idx1(i);
+  H.fl_map[w] |= 1u << fl;
+  H.sl_map[w][fl] |= 1u << sl;
   R(i + len - 1)->head = i;
   H.listed += len;
   H.dirty += dirty;
@@ -137,13 +141,14 @@ static void list_remove(uint32_t i) {
   unsigned fl, sl;
   if (r->kind != RUN_FREE || r->len == 0 || i + r->len > H.top)
     fault_stop("the heap's free-run records are damaged", (void *)(fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift)), -1);
+  unsigned w = (r->flags & RUN_WARM) != 0;
   mapping(r->len, &fl, &sl);
   if (r->prev) R(r->prev - 1)->next = r->next;
-  else H.heads[fl][sl] = r->next;
+  else H.heads[w][fl][sl] = r->next;
   if (r->next) R(r->next - 1)->prev = r->prev;
-  if (!H.heads[fl][sl]) {
-    H.sl_map[fl] &= ~(1u << sl);
-    if (!H.sl_map[fl]) H.fl_map &= ~(1u << fl);
+  if (!H.heads[w][fl][sl]) {
+    H.sl_map[w][fl] &= ~(1u << sl);
+    if (!H.sl_map[w][fl]) H.fl_map[w] &= ~(1u << fl);
   }
   if (r->dirty) fifo_remove(i);
   H.listed -= r->len;
@@ -152,7 +157,9 @@ static void list_remove(uint32_t i) {
 }
 
 /* A listed run of at least len chunks, removed from its list; the smallest list whose every
- * run fits, so no list is walked. Returns its index + 1, 0 when none. */
+ * run fits, so no list is walked, among the runs that may hold pages first: a run that fits
+ * and has none would leave those pages resident and fault in new ones. Returns its index + 1,
+ * 0 when none. */
 static uint32_t list_find(uint32_t len) {
   unsigned fl, sl;
   uint32_t want = len;
@@ -160,16 +167,20 @@ static uint32_t list_find(uint32_t len) {
   if (f >= SL_BITS) want += (1u << (f - SL_BITS)) - 1;   /* round up to the next list */
   if (want < len) return 0;
   mapping(want, &fl, &sl);
-  uint32_t sm = H.sl_map[fl] & (~0u << sl);
-  if (!sm) {
-    uint32_t fm = fl + 1 < FL_COUNT ? H.fl_map & (~0u << (fl + 1)) : 0;
-    if (!fm) return 0;
-    fl = (unsigned)__builtin_ctz(fm);
-    sm = H.sl_map[fl];
+  for (unsigned w = 2; w-- > 0;) {
+    unsigned l = fl;
+    uint32_t sm = H.sl_map[w][l] & (~0u << sl);
+    if (!sm) {
+      uint32_t fm = l + 1 < FL_COUNT ? H.fl_map[w] & (~0u << (l + 1)) : 0;
+      if (!fm) continue;
+      l = (unsigned)__builtin_ctz(fm);
+      sm = H.sl_map[w][l];
+    }
+    uint32_t h = H.heads[w][l][__builtin_ctz(sm)];
+    list_remove(h - 1);
+    return h;
   }
-  uint32_t h = H.heads[fl][__builtin_ctz(sm)];
-  list_remove(h - 1);
-  return h;
+  return 0;
 }
 
 /* ---- giving pages back ------------------------------------------------------------------- */
@@ -211,6 +222,9 @@ static uint32_t release_run(uint32_t i, uint32_t words, uint32_t most) {
     H.dirty -= r->dirty;
     r->dirty = 0;
     fifo_remove(i);
+    uint32_t len = r->len;
+    list_remove(i);   /* with the runs that hold no pages now */
+    list_insert(i, len, 0);
   } else {
     H.dirty -= freed;
     r->dirty -= freed;
@@ -243,6 +257,19 @@ static uint64_t budget_recent(uint64_t budget) {
 static uint64_t budget_now(void) {
   uint64_t budget = H.retain > 2 * H.used ? H.retain : 2 * H.used;
   return H.dirty > budget && H.delay ? budget_recent(budget) : budget;
+}
+
+/* A run taken where no page was (above top, or given back) while free runs hold pages means
+ * none of those fitted (list_find looks among them first): as many of their pages go back as
+ * the run takes (oldest first), so the resident heap grows by what no free run could serve and
+ * not by the runs left behind (a buffer that grows by doubling, each copy too big for the holes
+ * the last ones left). Otherwise the pages kept are the budget's. */
+static void release_for_fresh(uint32_t fresh) {
+  if (fm_pool.native) return;
+  for (unsigned k = 0; k < 2 && H.dirty && H.oldest && fresh; k++) {
+    uint32_t got = release_run(H.oldest - 1, RELEASE_WORDS + fresh / 32, fresh);
+    fresh = got < fresh ? fresh - got : 0;
+  }
 }
 
 static void release_over_budget(uint32_t moved) {
@@ -317,6 +344,7 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
   if (h) {
     uint32_t i = h - 1, have = R(i)->len, dirty = R(i)->dirty;
     uint32_t rest = have - len, had = pages_count(i, len);
+    H.fresh = len - had;
     uint32_t left = dirty > had ? dirty - had : 0;   /* still an upper bound */
     /* From the front, though a release gives pages back from the front too: cut from the
      * back, runs freed later merge in front of the rest and reset its clean mark, so each
@@ -340,6 +368,7 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
     if (i != H.top) list_insert(i, H.top - i, tail_dirty);
     return -1;
   }
+  H.fresh = len - pages_count(i, len);
   if (i + len > H.top) H.top = i + len;
   else put_back(i + len, H.top - (i + len), tail_dirty);   /* a good fit skips runs of its own list */
   mark_used(i, len, kind, owner);
@@ -361,8 +390,10 @@ void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t 
 
 static int64_t alloc_kind(uint32_t len, unsigned owner, uint8_t kind) {
   heap_lock();
+  H.fresh = 0;
   int64_t i = take(len, owner, kind);
   if (i >= 0) release_over_budget(len);
+  if (H.fresh) release_for_fresh(H.fresh);
   fm_unlock(&H.lock);
   return i;
 }
@@ -376,6 +407,7 @@ int64_t span_alloc_arena(uint32_t len) { return alloc_kind(len, FM_CLASS_MAX, RU
 int64_t span_alloc_aligned(uint32_t len, size_t align) {
   uint32_t align_chunks = (uint32_t)(align >> fm_pool.chunk_shift);
   heap_lock();
+  H.fresh = 0;
   int64_t i = take(len + align_chunks - 1, FM_CLASS_MAX, RUN_LARGE);
   if (i >= 0) {
     uintptr_t at = fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift);
@@ -390,6 +422,7 @@ int64_t span_alloc_aligned(uint32_t len, size_t align) {
     if (front) list_insert((uint32_t)i, front, front);
     i = a;
     release_over_budget(len);
+    if (H.fresh) release_for_fresh(H.fresh);
   }
   fm_unlock(&H.lock);
   return i;
@@ -470,6 +503,7 @@ bool span_resize(uint32_t i, uint32_t len) {
     R(i + len - 1)->head = i;
     used_add(more);
     hold(FM_CLASS_MAX, more);
+    release_for_fresh(more - pages_count(end, more));
   }
 out:
   fm_unlock(&H.lock);
@@ -513,7 +547,7 @@ void span_after_fork(void) {
   if (!fm_lock_held(&H.lock)) return;
   H.lock = (pthread_mutex_t)PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
   H.quarantine = H.top;
-  H.fl_map = 0;
+  memset(H.fl_map, 0, sizeof H.fl_map);
   memset(H.sl_map, 0, sizeof H.sl_map);
   memset(H.heads, 0, sizeof H.heads);
   H.oldest = H.newest = 0;
@@ -551,16 +585,17 @@ int span_check(void) {
     prev_free = r->kind == RUN_FREE;
     i += r->len;
   }
-  for (unsigned fl = 0; fl < FL_COUNT; fl++)
-    for (unsigned sl = 0; sl < SL_COUNT; sl++) {
-      if ((H.heads[fl][sl] != 0) != !!(H.sl_map[fl] & (1u << sl))) faults++;
-      uint32_t n = 0;
-      for (uint32_t h = H.heads[fl][sl]; h && n <= H.nchunks; h = R(h - 1)->next, n++) {
-        unsigned f, s;
-        mapping(R(h - 1)->len, &f, &s);
-        if (R(h - 1)->kind != RUN_FREE || f != fl || s != sl) faults++;
+  for (unsigned w = 0; w < 2; w++)
+    for (unsigned fl = 0; fl < FL_COUNT; fl++)
+      for (unsigned sl = 0; sl < SL_COUNT; sl++) {
+        if ((H.heads[w][fl][sl] != 0) != !!(H.sl_map[w][fl] & (1u << sl))) faults++;
+        uint32_t n = 0;
+        for (uint32_t h = H.heads[w][fl][sl]; h && n <= H.nchunks; h = R(h - 1)->next, n++) {
+          unsigned f, s;
+          mapping(R(h - 1)->len, &f, &s);
+          if (R(h - 1)->kind != RUN_FREE || f != fl || s != sl || !(R(h - 1)->flags & RUN_WARM) != !w) faults++;
+        }
       }
-    }
   if (listed != H.listed || dirty != H.dirty) faults++;
   if (H.quarantine == 0 && used != H.used) faults++;
   fm_unlock(&H.lock);

@@ -15,10 +15,11 @@
  * block.
  *
  * RUN (span.c). The heap is handed out in runs of whole chunks, to a size class (a span) or to
- * one large block. Free runs are indexed by length with TLSF bitmaps (O(1) good fit), merge
- * with free neighbours on release (O(1), via the records of a run's first and last chunk), and
- * wait in a FIFO, oldest first, until their pages go back to the system (madvise) once the free
- * memory that still holds pages passes the retained budget (FLATMALLOC_RETAIN, twice the heap in
+ * one large block. Free runs are indexed by length with TLSF bitmaps (O(1) good fit; those that
+ * may hold pages apart, searched first), merge with free neighbours on release (O(1), via the
+ * records of a run's first and last chunk), and wait in a FIFO, oldest first, until their pages
+ * go back to the system (madvise): as many as a run taken where no page was takes (they did not
+ * fit it), and once the free memory that still holds pages passes the retained budget (FLATMALLOC_RETAIN, twice the heap in
  * use, or the most in use over the last FLATMALLOC_RETAIN_DELAY: a heap that swings keeps its pages). Any run may become any span or
  * large block: no class owns memory, except that a class (or the large area) may hold a
  * reservation that the others cannot take.
@@ -47,11 +48,11 @@
  * 32nd, of 256 B a 256th (one shadow of 1/16 byte per heap byte, as before, took a 16th for
  * every class: 6 % of a program's memory). A large heap's states stay in cache and few pages
  * (262,144 blocks of 64 B: 256 KiB; a page holds the states of 1 MiB of blocks of 256 B). A
- * thread cache keeps each cached block's state address beside it, so malloc() writes the state without looking the span up. A state
- * is FREE (in its span; 0, so fresh memory needs no set-up), CACHED (in a thread cache; ZERO
- * when it was never handed out and its pages never written), REMOTE (freed by a thread that
- * does not own it, waiting for its owner) or LIVE: OWNED + tag when a thread holding a
- * tag handed it out, LIVE when a thread without one did.
+ * thread cache keeps each cached block's state address beside it, so malloc() writes the state
+ * without looking the span up. A state is FREE (in its span; 0, so fresh memory needs no
+ * set-up), CACHED (in a thread cache; ZERO when it was never handed out and its pages never
+ * written), REMOTE (freed by a thread that does not own it, waiting for its owner) or LIVE:
+ * OWNED + tag when a thread holding a tag handed it out, LIVE when a thread without one did.
  *
  * ONE WRITER PER STATE, AND HOW A BLOCK FREED BY ANOTHER THREAD GETS HOME (tcache.c). A tag is
  * one of FM_TAGS LIVE values, each with an inbox, in the meta area; a thread holds one
@@ -173,7 +174,7 @@ static inline int st_live(unsigned s) { return s >= ST_LIVE && s != ST_NONE; }
 static inline fm_st st_load(const fm_st *s) { return __atomic_load_n(s, __ATOMIC_RELAXED); }
 static inline void st_store(fm_st *s, fm_st v) { __atomic_store_n(s, v, __ATOMIC_RELAXED); }
 enum { RUN_FREE = 1, RUN_SPAN = 2, RUN_LARGE = 3, RUN_ARENA = 4 };    /* struct fm_run's kind */
-enum { RUN_DIRTY = 1 };                                 /* struct fm_run's flags */
+enum { RUN_DIRTY = 1, RUN_WARM = 2 };                  /* struct fm_run's flags */
 
 _Static_assert(FM_CLASS_MAX < 255, "class ids + 1 fit in the page map's byte");
 _Static_assert(FM_SPAN_BLOCKS / 64 / 8 <= 8, "the free-group summary fits in 64 bytes");
@@ -293,7 +294,7 @@ struct fm_run {
   uint32_t len;        /* chunks in the run */
   uint8_t kind;        /* RUN_FREE, RUN_SPAN, RUN_LARGE, RUN_ARENA */
   uint8_t cls;
-  uint16_t flags;      /* spans: RUN_DIRTY when a chunk held pages at the span's making */
+  uint16_t flags;      /* spans: RUN_DIRTY when a chunk held pages at the span's making; free runs: RUN_WARM, listed with those that may hold pages */
   uint32_t head;       /* in a run's last chunk: index of its first */
   uint32_t next, prev; /* free runs: TLSF list; spans: bucket list; arena runs: chain (chunk index + 1) */
   uint32_t older, newer;  /* free runs with pages: the release FIFO (chunk index + 1) */

@@ -14,7 +14,9 @@
  *   spans reserve              a reserved class allocates after a runaway size got ENOMEM
  *   spans buffers              up to 20 buffers of 5-25 MiB, one replaced at random 2,000 times
  *   spans chunk                the pool's chunk size (flatmalloc_stats_json) and what
- *                              malloc_usable_size gives a 100,000-byte block (flatmalloc only) */
+ *                              malloc_usable_size gives a 100,000-byte block (flatmalloc only)
+ *   spans warm                 a free run with pages is taken before a better fit without
+ *   spans grow                 a block from untouched memory gives back the pages of a freed one */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -223,6 +225,66 @@ static int case_buffers(void) {
   return 0;
 }
 
+/* KiB of [p, p+len) resident (mincore). */
+static size_t resident_kb(const void *p, size_t len) {
+  static unsigned char vec[(64u << 20) / 4096];
+  uintptr_t lo = (uintptr_t)p & ~(uintptr_t)4095, hi = ((uintptr_t)p + len + 4095) & ~(uintptr_t)4095;
+  if ((hi - lo) / 4096 > sizeof vec || mincore((void *)lo, hi - lo, vec)) fail("mincore");
+  size_t n = 0;
+  for (size_t i = 0; i < (hi - lo) / 4096; i++) n += vec[i] & 1;
+  return n * 4;
+}
+
+/* A free run that holds pages is taken before one that gave them back, even where the other
+ * fits better: a 4 MiB block after a 4 MiB run was given back (malloc_trim) and a 6 MiB run
+ * freed with its pages lands in the 6 MiB run, resident before it is written. */
+static int case_warm(void) {
+  const size_t M = 1u << 20;
+  char *y = malloc(4 * M), *s1 = malloc(100000), *x = malloc(6 * M), *s2 = malloc(100000);
+  if (!y || !s1 || !x || !s2) fail("warm: malloc returned NULL");
+  memset(y, 1, 4 * M);
+  memset(x, 2, 6 * M);
+  free(y);
+  free(x);
+  malloc_trim(0);   /* both runs give their pages back */
+  char *x2 = malloc(6 * M);   /* only the 6 MiB run fits */
+  if (!x2) fail("warm: malloc returned NULL");
+  memset(x2, 3, 6 * M);
+  free(x2);   /* the 6 MiB run holds pages, the 4 MiB one none */
+  char *w = malloc(4 * M);
+  if (!w) fail("warm: malloc returned NULL");
+  printf("x2_is_x %d\nw_is_x %d\nw_is_y %d\nw_resident_kb %zu\n", x2 == x, w == x, w == y, resident_kb(w, 4 * M));
+  memset(w, 4, 4 * M);
+  for (size_t i = 0; i < 4 * M; i += 4096)
+    if (w[i] != 4) fail("warm: contents lost");
+  free(w);
+  free(s1);
+  free(s2);
+  return 0;
+}
+
+/* A run taken where no page was gives back as many pages of the free runs that did not fit
+ * it: a freed 16 MiB block keeps its pages (FLATMALLOC_RETAIN=1G) until a 32 MiB block comes
+ * from untouched memory. */
+static int case_grow(void) {
+  const size_t M = 1u << 20;
+  malloc_trim(0);   /* no other free run holds pages */
+  char *d = malloc(16 * M), *s = malloc(100000);
+  if (!d || !s) fail("grow: malloc returned NULL");
+  memset(d, 1, 16 * M);
+  free(d);
+  size_t freed = resident_kb(d, 16 * M);   /* (printed later: stdout's buffer would be a span taken here) */
+  char *e = malloc(32 * M);
+  if (!e) fail("grow: malloc returned NULL");
+  printf("freed_resident_kb %zu\nafter_resident_kb %zu\n", freed, resident_kb(d, 16 * M));
+  memset(e, 2, 32 * M);
+  for (size_t i = 0; i < 32 * M; i += 4096)
+    if (e[i] != 2) fail("grow: contents lost");
+  free(e);
+  free(s);
+  return 0;
+}
+
 static int case_chunk(void) {
   size_t (*json)(char *, size_t) = (size_t (*)(char *, size_t))dlsym(RTLD_DEFAULT, "flatmalloc_stats_json");
   if (!json) fail("chunk: flatmalloc_stats_json not found (run preloaded)");
@@ -247,6 +309,8 @@ int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "reserve")) return case_reserve();
   if (argc == 2 && !strcmp(argv[1], "buffers")) return case_buffers();
   if (argc == 2 && !strcmp(argv[1], "chunk")) return case_chunk();
-  fprintf(stderr, "usage: spans fill SIZE COUNT | drift | release | reuse | reserve | buffers | chunk\n");
+  if (argc == 2 && !strcmp(argv[1], "warm")) return case_warm();
+  if (argc == 2 && !strcmp(argv[1], "grow")) return case_grow();
+  fprintf(stderr, "usage: spans fill SIZE COUNT | drift | release | reuse | reserve | buffers | chunk | warm | grow\n");
   return 2;
 }

@@ -4,12 +4,12 @@
  *
  * Free runs are indexed by length (two-level segregated fit: a bitmap of first levels, one of
  * second levels per first level; two such indexes, runs that may hold pages searched first),
- * so a good fit is found in O(1) and a released run merges with both neighbours in O(1). A run never merges with the untouched space above top; a
- * request that fits no list grows the free run that ends at top, or is cut from top.
+ * so a good fit is found in O(1) and a released run merges with both neighbours in O(1). A
+ * run never merges with the untouched space above top; a request that fits no list grows the
+ * free run that ends at top, or is cut from top.
  *
  * Pages. A bit per chunk says it may hold pages (it was handed out and has not been given
- * back since). Free runs that may hold pages wait in a FIFO, oldest first; a run taken where
- * no page was gives back as many chunks of the oldest (release_for_fresh); when the chunks
+ * back since). Free runs that may hold pages wait in a FIFO, oldest first; when the chunks
  * they hold pass the budget, each free or take of a run gives back pages of the oldest runs:
  * at most twice the chunks it moved plus RELEASE_CHUNKS, scanning at most RELEASE_WORDS words
  * of the bitmap, so a call's work stays proportional to its run, and what is over the budget
@@ -46,7 +46,6 @@ static struct {
   uint64_t retain;                      /* chunks */
   uint64_t delay, window;               /* ms: FLATMALLOC_RETAIN_DELAY; when this window began */
   uint64_t peak_now, peak_before;       /* the most chunks in use in this window, in the one before */
-  uint32_t fresh;                       /* chunks without pages the last take handed out */
   uint64_t held[FM_CLASS_MAX + 1], reserve[FM_CLASS_MAX + 1];
   uint64_t outstanding;                 /* sum of max(0, reserve - held) */
 } H = {.lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP};
@@ -259,19 +258,6 @@ static uint64_t budget_now(void) {
   return H.dirty > budget && H.delay ? budget_recent(budget) : budget;
 }
 
-/* A run taken where no page was (above top, or given back) while free runs hold pages means
- * none of those fitted (list_find looks among them first): as many of their pages go back as
- * the run takes (oldest first), so the resident heap grows by what no free run could serve and
- * not by the runs left behind (a buffer that grows by doubling, each copy too big for the holes
- * the last ones left). Otherwise the pages kept are the budget's. */
-static void release_for_fresh(uint32_t fresh) {
-  if (fm_pool.native) return;
-  for (unsigned k = 0; k < 2 && H.dirty && H.oldest && fresh; k++) {
-    uint32_t got = release_run(H.oldest - 1, RELEASE_WORDS + fresh / 32, fresh);
-    fresh = got < fresh ? fresh - got : 0;
-  }
-}
-
 static void release_over_budget(uint32_t moved) {
   if (fm_pool.native) return;   /* no system call in native code (check.c): pages stay until malloc_trim */
   uint64_t budget = budget_now();
@@ -344,7 +330,6 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
   if (h) {
     uint32_t i = h - 1, have = R(i)->len, dirty = R(i)->dirty;
     uint32_t rest = have - len, had = pages_count(i, len);
-    H.fresh = len - had;
     uint32_t left = dirty > had ? dirty - had : 0;   /* still an upper bound */
     /* From the front, though a release gives pages back from the front too: cut from the
      * back, runs freed later merge in front of the rest and reset its clean mark, so each
@@ -368,7 +353,6 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
     if (i != H.top) list_insert(i, H.top - i, tail_dirty);
     return -1;
   }
-  H.fresh = len - pages_count(i, len);
   if (i + len > H.top) H.top = i + len;
   else put_back(i + len, H.top - (i + len), tail_dirty);   /* a good fit skips runs of its own list */
   mark_used(i, len, kind, owner);
@@ -390,10 +374,8 @@ void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t 
 
 static int64_t alloc_kind(uint32_t len, unsigned owner, uint8_t kind) {
   heap_lock();
-  H.fresh = 0;
   int64_t i = take(len, owner, kind);
   if (i >= 0) release_over_budget(len);
-  if (H.fresh) release_for_fresh(H.fresh);
   fm_unlock(&H.lock);
   return i;
 }
@@ -407,7 +389,6 @@ int64_t span_alloc_arena(uint32_t len) { return alloc_kind(len, FM_CLASS_MAX, RU
 int64_t span_alloc_aligned(uint32_t len, size_t align) {
   uint32_t align_chunks = (uint32_t)(align >> fm_pool.chunk_shift);
   heap_lock();
-  H.fresh = 0;
   int64_t i = take(len + align_chunks - 1, FM_CLASS_MAX, RUN_LARGE);
   if (i >= 0) {
     uintptr_t at = fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift);
@@ -422,7 +403,6 @@ int64_t span_alloc_aligned(uint32_t len, size_t align) {
     if (front) list_insert((uint32_t)i, front, front);
     i = a;
     release_over_budget(len);
-    if (H.fresh) release_for_fresh(H.fresh);
   }
   fm_unlock(&H.lock);
   return i;
@@ -503,7 +483,6 @@ bool span_resize(uint32_t i, uint32_t len) {
     R(i + len - 1)->head = i;
     used_add(more);
     hold(FM_CLASS_MAX, more);
-    release_for_fresh(more - pages_count(end, more));
   }
 out:
   fm_unlock(&H.lock);

@@ -18,9 +18,9 @@
  * one large block. Free runs are indexed by length with TLSF bitmaps (O(1) good fit; those that
  * may hold pages apart, searched first), merge with free neighbours on release (O(1), via the
  * records of a run's first and last chunk), and wait in a FIFO, oldest first, until their pages
- * go back to the system (madvise): as many as a run taken where no page was takes (they did not
- * fit it), and once the free memory that still holds pages passes the retained budget (FLATMALLOC_RETAIN, twice the heap in
- * use, or the most in use over the last FLATMALLOC_RETAIN_DELAY: a heap that swings keeps its pages). Any run may become any span or
+ * go back to the system (madvise) once the free memory that still holds pages passes the
+ * retained budget (FLATMALLOC_RETAIN, twice the heap in use, or the most in use over the last
+ * FLATMALLOC_RETAIN_DELAY: a heap that swings keeps its pages). Any run may become any span or
  * large block: no class owns memory, except that a class (or the large area) may hold a
  * reservation that the others cannot take.
  *

@@ -110,10 +110,4 @@ run fm "${FM[@]}" FLATMALLOC_RETAIN=1G -- warm
 [ "$(val fm w_resident_kb)" = 4096 ] || fm_fail "the 4 MiB block has $(val fm w_resident_kb) KiB resident before it is written, expected 4096"
 fm_ok "a 4 MiB block after a 4 MiB run without pages and a 6 MiB run with: in the 6 MiB run, 4096 KiB resident"
 
-fm_check "a block from untouched memory gives back the pages of a freed block that did not fit it (FLATMALLOC_RETAIN=1G)"
-run fm "${FM[@]}" FLATMALLOC_RETAIN=1G -- grow
-[ "$(val fm freed_resident_kb)" -ge 16000 ] || fm_fail "the freed 16 MiB block kept only $(val fm freed_resident_kb) KiB"
-[ "$(val fm after_resident_kb)" = 0 ] || fm_fail "after a 32 MiB block, the freed 16 MiB one still holds $(val fm after_resident_kb) KiB"
-fm_ok "freed 16 MiB: $(val fm freed_resident_kb) KiB resident; after a 32 MiB block from untouched memory: 0"
-
 echo "spans: all checks passed"

@@ -442,7 +442,7 @@ static void case_exit(void)
     size_t base = fmt_in_use();
     fmt_hold_tags(FM_TAGS - 1);
     pthread_barrier_init(&ex_ready, NULL, EX_FREERS + 2);
-    pthread_barrier_init(&ex_before, NULL, EX_FREERS + 1);
+    pthread_barrier_init(&ex_before, NULL, EX_FREERS + 2);   /* main too: X is alive while it counts tags */
     pthread_barrier_init(&ex_after, NULL, EX_FREERS + EX_NEW + 1);
     pthread_barrier_init(&ex_swapped, NULL, EX_NEW);
     pthread_t x = fmt_thread(ex_x, (void *)(uintptr_t)0xe417, 0), f[EX_FREERS], nt[EX_NEW];
@@ -450,6 +450,7 @@ static void case_exit(void)
         f[k] = fmt_thread(ex_freer, (void *)(intptr_t)k, 0);
     pthread_barrier_wait(&ex_ready); /* X has made its blocks */
     uint64_t tags_x = WITH_TAG();
+    pthread_barrier_wait(&ex_before); /* X exits after this while the freers go on */
     fmt_join(x);
     uint64_t tags_gone = WITH_TAG();
     nt[0] = fmt_thread(ex_new, (void *)0, 0);

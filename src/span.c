@@ -118,8 +118,8 @@ static void fifo_append(uint32_t i) {
 }
 
 /* Marks [i, i+len) a free run and lists it (not merged: the caller did that): with the runs
- * that may hold pages when it may (RUN_WARM; it stays there when a release gives them back),
- * else with those that do not. */
+ * that may hold pages when it may (RUN_WARM, until a release has given them all back), else
+ * with those that do not. */
 static void list_insert(uint32_t i, uint32_t len, uint32_t dirty) {
   struct fm_run *r = R(i);
   unsigned fl, sl, w = dirty != 0;

@@ -8,18 +8,21 @@
  * run never merges with the untouched space above top; a request that fits no list grows the
  * free run that ends at top, or is cut from top.
  *
- * Pages. A bit per chunk says it may hold pages (it was handed out and has not been given
- * back since). Free runs that may hold pages wait in a FIFO, oldest first; when the chunks
- * they hold pass the budget, each free or take of a run gives back pages of the oldest runs:
- * at most twice the chunks it moved plus RELEASE_CHUNKS, scanning at most RELEASE_WORDS words
- * of the bitmap, so a call's work stays proportional to its run, and what is over the budget
- * drains over the next calls. The budget is max(FLATMALLOC_RETAIN, twice the chunks in use,
- * the most chunks in use in this window and the one before), windows being
- * FLATMALLOC_RETAIN_DELAY long: a heap that shrinks keeps the pages it needed a moment ago
- * for between one and two delays, so a program that frees all and allocates it again faults
- * no page in, and one that stays small gets them back. The clock is read only when the pages
- * are over the rest of the budget; no thread runs in the background, so the pages go back on
- * the next calls after the delay, or on malloc_trim. */
+ * Pages. A bit per chunk says it may hold pages (it was handed out and has not been given back
+ * since). Free runs that may hold pages wait in a FIFO, oldest first; a run taken where no page
+ * was gives back as many chunks of those old enough (release_for_fresh); when the chunks they
+ * hold pass the budget, each free or take of a run gives back pages of the oldest runs: at most
+ * twice the chunks it moved plus RELEASE_CHUNKS, scanning at most RELEASE_WORDS words of the
+ * bitmap, so a call's work stays proportional to its run, and what is over the budget drains
+ * over the next calls. The budget is max(FLATMALLOC_RETAIN, twice the chunks in use, the most
+ * chunks in use in this window and the one before), windows being FLATMALLOC_RETAIN_DELAY long:
+ * a heap that shrinks keeps the pages it needed a moment ago for between one and two delays, so
+ * a program that frees all and allocates it again faults no page in, and one that stays small
+ * gets them back. The clock is read when a free run joins the FIFO, when a run is taken where
+ * no page was while free runs hold pages, and when the pages are over the rest of the budget;
+ * no thread runs in the background, so the pages go back on the next calls after the delay, or
+ * on malloc_trim.
+ */
 #include <string.h>
 
 #include "internal.h"
@@ -46,6 +49,7 @@ static struct {
   uint64_t retain;                      /* chunks */
   uint64_t delay, window;               /* ms: FLATMALLOC_RETAIN_DELAY; when this window began */
   uint64_t peak_now, peak_before;       /* the most chunks in use in this window, in the one before */
+  uint32_t fresh;                       /* chunks without pages the last take handed out */
   uint64_t held[FM_CLASS_MAX + 1], reserve[FM_CLASS_MAX + 1];
   uint64_t outstanding;                 /* sum of max(0, reserve - held) */
 } H = {.lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP};
@@ -110,6 +114,7 @@ static void fifo_remove(uint32_t i) {
 
 static void fifo_append(uint32_t i) {
   struct fm_run *r = R(i);
+  r->since = (uint32_t)(fm_pool.native ? H.window : os_clock_ms());   /* no system call in native code (check.c) */
   r->newer = 0;
   r->older = H.newest;
   if (H.newest) R(H.newest - 1)->newer = idx1(i);
@@ -258,6 +263,25 @@ static uint64_t budget_now(void) {
   return H.dirty > budget && H.delay ? budget_recent(budget) : budget;
 }
 
+/* A run taken where no page was (above top, or given back) while free runs hold pages means
+ * none of those fitted (list_find looks among them first). Those free for longer than
+ * FRESH_AGE of FLATMALLOC_RETAIN_DELAY (31 ms of 1 s) give back as many pages, oldest first:
+ * the resident heap then grows by what no free run could serve, not by runs left behind that
+ * nothing takes again (sqlite's sorter doubles a buffer to 64 MiB, each copy too big for the
+ * holes the last ones left), while a program that frees and takes big blocks in turn keeps the
+ * pages it takes again a moment later (mimalloc-bench's malloc-large: given back at once, they
+ * cost it 2.7x the page faults). */
+#define FRESH_AGE 32u   /* a 32nd */
+static void release_for_fresh(uint32_t fresh) {
+  if (fm_pool.native || !H.oldest || !fresh) return;
+  uint32_t now = (uint32_t)os_clock_ms();
+  for (unsigned k = 0; k < 2 && H.oldest && fresh; k++) {
+    if (now - R(H.oldest - 1)->since < H.delay / FRESH_AGE) return;
+    uint32_t got = release_run(H.oldest - 1, RELEASE_WORDS + fresh / 32, fresh);
+    fresh = got < fresh ? fresh - got : 0;
+  }
+}
+
 static void release_over_budget(uint32_t moved) {
   if (fm_pool.native) return;   /* no system call in native code (check.c): pages stay until malloc_trim */
   uint64_t budget = budget_now();
@@ -330,6 +354,7 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
   if (h) {
     uint32_t i = h - 1, have = R(i)->len, dirty = R(i)->dirty;
     uint32_t rest = have - len, had = pages_count(i, len);
+    H.fresh = len - had;
     uint32_t left = dirty > had ? dirty - had : 0;   /* still an upper bound */
     /* From the front, though a release gives pages back from the front too: cut from the
      * back, runs freed later merge in front of the rest and reset its clean mark, so each
@@ -353,6 +378,7 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
     if (i != H.top) list_insert(i, H.top - i, tail_dirty);
     return -1;
   }
+  H.fresh = len - pages_count(i, len);
   if (i + len > H.top) H.top = i + len;
   else put_back(i + len, H.top - (i + len), tail_dirty);   /* a good fit skips runs of its own list */
   mark_used(i, len, kind, owner);
@@ -374,8 +400,10 @@ void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t 
 
 static int64_t alloc_kind(uint32_t len, unsigned owner, uint8_t kind) {
   heap_lock();
+  H.fresh = 0;
   int64_t i = take(len, owner, kind);
   if (i >= 0) release_over_budget(len);
+  if (H.fresh) release_for_fresh(H.fresh);
   fm_unlock(&H.lock);
   return i;
 }
@@ -389,6 +417,7 @@ int64_t span_alloc_arena(uint32_t len) { return alloc_kind(len, FM_CLASS_MAX, RU
 int64_t span_alloc_aligned(uint32_t len, size_t align) {
   uint32_t align_chunks = (uint32_t)(align >> fm_pool.chunk_shift);
   heap_lock();
+  H.fresh = 0;
   int64_t i = take(len + align_chunks - 1, FM_CLASS_MAX, RUN_LARGE);
   if (i >= 0) {
     uintptr_t at = fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift);
@@ -403,6 +432,7 @@ int64_t span_alloc_aligned(uint32_t len, size_t align) {
     if (front) list_insert((uint32_t)i, front, front);
     i = a;
     release_over_budget(len);
+    if (H.fresh) release_for_fresh(H.fresh);
   }
   fm_unlock(&H.lock);
   return i;
@@ -483,6 +513,7 @@ bool span_resize(uint32_t i, uint32_t len) {
     R(i + len - 1)->head = i;
     used_add(more);
     hold(FM_CLASS_MAX, more);
+    release_for_fresh(more - pages_count(end, more));
   }
 out:
   fm_unlock(&H.lock);

@@ -18,11 +18,12 @@
  * one large block. Free runs are indexed by length with TLSF bitmaps (O(1) good fit; those that
  * may hold pages apart, searched first), merge with free neighbours on release (O(1), via the
  * records of a run's first and last chunk), and wait in a FIFO, oldest first, until their pages
- * go back to the system (madvise) once the free memory that still holds pages passes the
- * retained budget (FLATMALLOC_RETAIN, twice the heap in use, or the most in use over the last
- * FLATMALLOC_RETAIN_DELAY: a heap that swings keeps its pages). Any run may become any span or
- * large block: no class owns memory, except that a class (or the large area) may hold a
- * reservation that the others cannot take.
+ * go back to the system (madvise): as many as a run taken where no page was takes, from runs
+ * free for over a 32nd of FLATMALLOC_RETAIN_DELAY (they did not fit it), and once the free
+ * memory that still holds pages passes the retained budget (FLATMALLOC_RETAIN, twice the heap
+ * in use, or the most in use over the last FLATMALLOC_RETAIN_DELAY: a heap that swings keeps
+ * its pages). Any run may become any span or large block: no class owns memory, except that a
+ * class (or the large area) may hold a reservation that the others cannot take.
  *
  * SPAN (class.c). A span holds n blocks of one class from its first byte (so a block aligned to
  * its size stays aligned); nothing else lives in it. Each class is split into shards, two per
@@ -305,7 +306,8 @@ struct fm_run {
   uint32_t hw;         /* spans: blocks below this were handed out at least once */
   uint32_t clean;      /* free runs: chunks below this hold no pages (a release stopped here) */
   uint32_t shard;      /* spans: the shard of its class that owns it */
-  uint32_t pad[2];
+  uint32_t since;      /* free runs with pages: when they joined the release FIFO (ms, truncated) */
+  uint32_t pad;
 };
 _Static_assert(sizeof(struct fm_run) == 64, "one run record per cache line");
 

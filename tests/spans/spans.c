@@ -15,7 +15,8 @@
  *   spans buffers              up to 20 buffers of 5-25 MiB, one replaced at random 2,000 times
  *   spans chunk                the pool's chunk size (flatmalloc_stats_json) and what
  *                              malloc_usable_size gives a 100,000-byte block (flatmalloc only)
- *   spans warm                 a free run with pages is taken before a better fit without */
+ *   spans warm                 a free run with pages is taken before a better fit without
+ *   spans grow MS              a block from untouched memory, MS ms after another was freed */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -262,6 +263,30 @@ static int case_warm(void) {
   return 0;
 }
 
+/* A run taken where no page was gives back as many pages of the free runs that did not fit it
+ * and have held them for a 32nd of FLATMALLOC_RETAIN_DELAY: a freed 16 MiB block, MS ms before
+ * a 32 MiB block comes from untouched memory (FLATMALLOC_RETAIN=1G: no budget gives it back). */
+static int case_grow(long ms) {
+  const size_t M = 1u << 20;
+  malloc_trim(0);   /* no other free run holds pages */
+  char *d = malloc(16 * M), *s = malloc(100000);
+  if (!d || !s) fail("grow: malloc returned NULL");
+  memset(d, 1, 16 * M);
+  free(d);
+  size_t freed = resident_kb(d, 16 * M);   /* (printed later: stdout's buffer would be a span taken here) */
+  struct timespec t = {ms / 1000, ms % 1000 * 1000000};
+  nanosleep(&t, NULL);
+  char *e = malloc(32 * M);
+  if (!e) fail("grow: malloc returned NULL");
+  printf("freed_resident_kb %zu\nafter_resident_kb %zu\n", freed, resident_kb(d, 16 * M));
+  memset(e, 2, 32 * M);
+  for (size_t i = 0; i < 32 * M; i += 4096)
+    if (e[i] != 2) fail("grow: contents lost");
+  free(e);
+  free(s);
+  return 0;
+}
+
 static int case_chunk(void) {
   size_t (*json)(char *, size_t) = (size_t (*)(char *, size_t))dlsym(RTLD_DEFAULT, "flatmalloc_stats_json");
   if (!json) fail("chunk: flatmalloc_stats_json not found (run preloaded)");
@@ -287,6 +312,7 @@ int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "buffers")) return case_buffers();
   if (argc == 2 && !strcmp(argv[1], "chunk")) return case_chunk();
   if (argc == 2 && !strcmp(argv[1], "warm")) return case_warm();
-  fprintf(stderr, "usage: spans fill SIZE COUNT | drift | release | reuse | reserve | buffers | chunk | warm\n");
+  if (argc == 3 && !strcmp(argv[1], "grow")) return case_grow(atol(argv[2]));
+  fprintf(stderr, "usage: spans fill SIZE COUNT | drift | release | reuse | reserve | buffers | chunk | warm | grow MS\n");
   return 2;
 }

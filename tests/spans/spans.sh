@@ -110,4 +110,14 @@ run fm "${FM[@]}" FLATMALLOC_RETAIN=1G -- warm
 [ "$(val fm w_resident_kb)" = 4096 ] || fm_fail "the 4 MiB block has $(val fm w_resident_kb) KiB resident before it is written, expected 4096"
 fm_ok "a 4 MiB block after a 4 MiB run without pages and a 6 MiB run with: in the 6 MiB run, 4096 KiB resident"
 
+fm_check "a block from untouched memory gives back the pages of a freed block that did not fit it, freed for over a 32nd of FLATMALLOC_RETAIN_DELAY (FLATMALLOC_RETAIN=1G)"
+run fm "${FM[@]}" FLATMALLOC_RETAIN=1G FLATMALLOC_RETAIN_DELAY=320 -- grow 100
+[ "$(val fm freed_resident_kb)" -ge 16000 ] || fm_fail "the freed 16 MiB block kept only $(val fm freed_resident_kb) KiB"
+[ "$(val fm after_resident_kb)" = 0 ] || fm_fail "100 ms after its free (a 32nd of the delay: 10 ms), a 32 MiB block left it $(val fm after_resident_kb) KiB"
+fm_ok "freed 16 MiB: $(val fm freed_resident_kb) KiB resident; 100 ms later a 32 MiB block from untouched memory: 0"
+run fm "${FM[@]}" FLATMALLOC_RETAIN=1G FLATMALLOC_RETAIN_DELAY=60000 -- grow 0
+[ "$(val fm after_resident_kb)" = "$(val fm freed_resident_kb)" ] ||
+  fm_fail "at once (a 32nd of the delay: 1.9 s), the 32 MiB block took $(val fm freed_resident_kb) -> $(val fm after_resident_kb) KiB of the freed one"
+fm_ok "at once, with FLATMALLOC_RETAIN_DELAY=60000: the freed block keeps its $(val fm after_resident_kb) KiB"
+
 echo "spans: all checks passed"

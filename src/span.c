@@ -49,7 +49,6 @@ static struct {
   uint64_t retain;                      /* chunks */
   uint64_t delay, window;               /* ms: FLATMALLOC_RETAIN_DELAY; when this window began */
   uint64_t peak_now, peak_before;       /* the most chunks in use in this window, in the one before */
-  uint32_t fresh;                       /* chunks without pages the last take handed out */
   uint64_t held[FM_CLASS_MAX + 1], reserve[FM_CLASS_MAX + 1];
   uint64_t outstanding;                 /* sum of max(0, reserve - held) */
 } H = {.lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP};
@@ -354,7 +353,6 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
   if (h) {
     uint32_t i = h - 1, have = R(i)->len, dirty = R(i)->dirty;
     uint32_t rest = have - len, had = pages_count(i, len);
-    H.fresh = len - had;
     uint32_t left = dirty > had ? dirty - had : 0;   /* still an upper bound */
     /* From the front, though a release gives pages back from the front too: cut from the
      * back, runs freed later merge in front of the rest and reset its clean mark, so each
@@ -362,6 +360,7 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
     put_back(i + len, rest, left < rest ? left : rest);
     if (rest && R(i)->clean > i + len) R(i + len)->clean = R(i)->clean;   /* the rest's front went back */
     mark_used(i, len, kind, owner);
+    release_for_fresh(len - had);
     return i;
   }
   /* grow the free run that ends at top, or cut from top */
@@ -378,10 +377,11 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
     if (i != H.top) list_insert(i, H.top - i, tail_dirty);
     return -1;
   }
-  H.fresh = len - pages_count(i, len);
+  uint32_t fresh = len - pages_count(i, len);
   if (i + len > H.top) H.top = i + len;
   else put_back(i + len, H.top - (i + len), tail_dirty);   /* a good fit skips runs of its own list */
   mark_used(i, len, kind, owner);
+  release_for_fresh(fresh);
   return i;
 }
 
@@ -400,10 +400,8 @@ void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t 
 
 static int64_t alloc_kind(uint32_t len, unsigned owner, uint8_t kind) {
   heap_lock();
-  H.fresh = 0;
   int64_t i = take(len, owner, kind);
   if (i >= 0) release_over_budget(len);
-  if (H.fresh) release_for_fresh(H.fresh);
   fm_unlock(&H.lock);
   return i;
 }
@@ -417,7 +415,6 @@ int64_t span_alloc_arena(uint32_t len) { return alloc_kind(len, FM_CLASS_MAX, RU
 int64_t span_alloc_aligned(uint32_t len, size_t align) {
   uint32_t align_chunks = (uint32_t)(align >> fm_pool.chunk_shift);
   heap_lock();
-  H.fresh = 0;
   int64_t i = take(len + align_chunks - 1, FM_CLASS_MAX, RUN_LARGE);
   if (i >= 0) {
     uintptr_t at = fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift);
@@ -432,7 +429,6 @@ int64_t span_alloc_aligned(uint32_t len, size_t align) {
     if (front) list_insert((uint32_t)i, front, front);
     i = a;
     release_over_budget(len);
-    if (H.fresh) release_for_fresh(H.fresh);
   }
   fm_unlock(&H.lock);
   return i;

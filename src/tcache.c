@@ -161,9 +161,10 @@ static bool bin_grow(struct fm_tcache *tc, unsigned c, uint32_t more) {
  * (one compare-exchange for a whole outbox) and writes them; the holder takes them from the
  * head, in order, and stops at a slot reserved but not yet written. A slot is zeroed when
  * taken, before the head passes it, so a reservation always finds its slots empty. When the
- * inbox is full the blocks go on the tag's remote stack, linked through their first words. Each link is mangled with a keyed mix of the block's own
- * address: one read of a freed block (even the last of a stack, whose link is 0) gives neither
- * key, and the owner checks every entry's state before it trusts the link. */
+ * inbox is full the blocks go on the tag's remote stack, linked through their first words. Each
+ * link is mangled with a keyed mix of the block's own address: one read of a freed block (even
+ * the last of a stack, whose link is 0) gives neither key, and the owner checks every entry's
+ * state before it trusts the link. */
 #define INBOX_HOLE 1u   /* a slot a fork's other threads reserved and will never write */
 
 /* Tag t's inbox; slot i (any count: the ring wraps) is inbox(t)[i & (fm_pool.inbox_n - 1)]. */

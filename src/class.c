@@ -18,14 +18,13 @@ static fm_st *state_of(const struct fm_class *k, uint32_t head, uint32_t q) {
 }
 /* Block number of p in the span at span_addr (p in it). */
 static uint32_t block_of(unsigned c, uintptr_t span_addr, const void *p) {
-  return (uint32_t)(((unsigned __int128)((uintptr_t)p - span_addr) * fm_cf.magic[c + 1]) >> 64);
+  return (uint32_t)(((unsigned __int128)((uintptr_t)p - span_addr) * fm_magic(c + 1)) >> 64);
 }
 /* One bit per 8 blocks that holds a FREE one; kept in the record of the span's 2nd chunk (a
  * span has at least 3, and only the first and last records belong to the run). */
 static uint64_t *summary(uint32_t head) { return (uint64_t *)span_rec(head + 1); }
 static uint32_t groups(const struct fm_class *k) { return (k->nblocks + 7) / 8; }
 
-struct fm_cf fm_cf;
 /* A shard's transfer cache: blocks given back as they came, still CACHED (fm_shard's xfer_n). */
 static struct fm_blk *xfer_of(const struct fm_class *k, const struct fm_shard *h) {
   return fm_pool.xfer + ((size_t)(k - fm_pool.cls) * fm_pool.nshards + (size_t)(h - k->sh)) * FM_XFER;
@@ -63,7 +62,7 @@ int class_find(const void *p, fm_st **st) {
   uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
   if (off >= fm_pool.heap_size) return -1;
   const struct fm_line *l = &fm_pool.line[off >> fm_pool.chunk_shift];
-  uint64_t e = __atomic_load_n(&l->e, __ATOMIC_ACQUIRE), magic = fm_cf.magic[(uint8_t)e];
+  uint64_t e = __atomic_load_n(&l->e, __ATOMIC_ACQUIRE), magic = fm_magic((uint8_t)e);
   unsigned __int128 m = (unsigned __int128)((uintptr_t)p - (e & ~0xffull)) * magic;
   if ((uint64_t)m >= magic) return -1;   /* inside a block, or no class (magic 0) */
   unsigned c = (uint8_t)e - 1u;
@@ -134,8 +133,7 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     k->line_states = fm_line_states(size, fm_pool.chunk_shift);
     k->st_shift = (uint8_t)fm_st_shift(size);
     k->bucket_mul = (((uint64_t)FM_BUCKETS << 32) + n - 1) / n;   /* (nblocks - 1) * it >> 32 < FM_BUCKETS */
-    fm_cf.magic[c + 1] = UINT64_MAX / size + 1;
-    fm_cf.size[c + 1] = size;
+    ((uint64_t *)fm_pool.line - FM_MAGICS)[c + 1] = UINT64_MAX / size + 1;   /* fm_magic */
     for (; units * FM_ALIGN <= size; units++) cls_of[units] = (uint8_t)(c + 1);
   }
 }

@@ -24,10 +24,11 @@ static always_inline void *fm_alloc(size_t size) {
 static always_inline void fm_free(void *ptr) {
   uintptr_t ch = ((uintptr_t)ptr - fm_pool.heap_base) >> fm_pool.chunk_shift;
   if (likely(ch < fm_pool.heap_chunks)) {
-    uint64_t e = fm_pool.line[ch].e, magic = fm_cf.magic[(uint8_t)e];
-    unsigned c1 = (uint8_t)e;
-    unsigned __int128 m = (unsigned __int128)((uintptr_t)ptr + c1 - e) * magic;   /* ptr - span */
-    fm_st *st = (fm_st *)(fm_pool.line[ch].st + (uint64_t)(m >> 64));
+    const struct fm_line *l = &fm_pool.line[ch];
+    unsigned c1 = fm_line_c1(l);   /* e's low byte on its own: e itself is only subtracted */
+    uint64_t magic = fm_magic(c1);
+    unsigned __int128 m = (unsigned __int128)((uintptr_t)ptr + c1 - l->e) * magic;   /* ptr - span */
+    fm_st *st = (fm_st *)(l->st + (uint64_t)(m >> 64));
     __builtin_prefetch(st, 1);   /* for writing (x86: prefetchw): another thread's block's state is compare-exchanged next */
     struct fm_tcache *tc = fm_tc;
     struct fm_blk *top = tc->top[c1];
@@ -38,7 +39,7 @@ static always_inline void fm_free(void *ptr) {
       tc->top[c1] = top + 1;
       return;
     }
-    if ((uint64_t)m < magic) return fm_free_block(ptr, st, e);
+    if ((uint64_t)m < magic) return fm_free_block(ptr, st, c1);
   }
   fm_free_slow(ptr);
 }

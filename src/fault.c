@@ -18,7 +18,7 @@ void fault_stop(const char *what, const void *p, int cls) {
     fmt_str(&f, " (class ");
     fmt_u64(&f, (unsigned)cls, 0);
     fmt_str(&f, ", ");
-    fmt_u64(&f, fm_cf.size[cls + 1], 0);
+    fmt_u64(&f, fm_pool.cls[cls].size, 0);
     fmt_str(&f, " bytes)");
   } else if (cls == FAULT_CLS_ARENA) {
     fmt_str(&f, " (arena)");

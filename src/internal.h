@@ -183,5 +183,5 @@ hidden void stats_setup(void);
 hidden bool pool_init(void);          /* false: use the bootstrap buffer for now */
 hidden noinline void *fm_malloc_slow(size_t size);
 hidden noinline void fm_free_slow(void *p);
-hidden noinline void fm_free_block(void *p, fm_st *st, uint64_t line_e);
+hidden noinline void fm_free_block(void *p, fm_st *st, unsigned c1);
 #endif

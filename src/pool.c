@@ -24,7 +24,7 @@ static cold __attribute__((noreturn)) void too_small(size_t size) {
                "pool too small (it needs room for its tables and one span of the largest class)");
 }
 
-/* [ state shadows | lines | run records | pages bitmap | size -> class | tags | inboxes | shards | transfer caches ] heap
+/* [ state shadows | class magics | lines | run records | pages bitmap | size -> class | tags | inboxes | shards | transfer caches ] heap
  * The pool is the heap: its tables come on top, in the same reservation, so that a pool of N
  * bytes holds N bytes of blocks. The heap starts on a chunk boundary after them, so every span
  * is aligned to the chunk size. */
@@ -60,7 +60,7 @@ static void layout_of(size_t size, struct layout *L) {
     L->shadow_off[s] = off;
     off = align_up(off + (L->nchunks << shift >> s), 64);
   }
-  L->line_off = off;
+  L->line_off = align_up(off, 64) + FM_MAGICS * sizeof(uint64_t);   /* the magics below them (fm_magic) */
   L->rec_off = align_up(L->line_off + L->nchunks * sizeof(struct fm_line), 64);
   L->pages_off = align_up(L->rec_off + L->nchunks * sizeof(struct fm_run), 64);
   L->tab_off = align_up(L->pages_off + (L->nchunks + 63) / 64 * 8, 64);
@@ -93,6 +93,10 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
     options_fail("FLATMALLOC_POOL", o->pool_text ? o->pool_text : "(default)",
                  "the commit limit (vm.overcommit_memory=2) refused the pool's tables");
   P->line = (const struct fm_line *)(base + L->line_off);
+  uintptr_t magics = base + L->line_off - FM_MAGICS * sizeof(uint64_t);
+  if (P->lazy_commit && !os_commit((void *)(magics & ~(page - 1)), L->line_off - (magics & ~(page - 1))))
+    options_fail("FLATMALLOC_POOL", o->pool_text ? o->pool_text : "(default)",
+                 "the commit limit (vm.overcommit_memory=2) refused the pool's tables");
   for (unsigned s = 0; s < FM_SHADOWS; s++)
     P->st_bias[s] = L->shadow_off[s] == SIZE_MAX ? 0 : base + L->shadow_off[s] - (P->heap_base >> s);
   P->tags = (struct fm_tag *)(base + L->tag_off);

@@ -68,23 +68,23 @@ void *fm_malloc_slow(size_t size) {
   return malloc_start(size);
 }
 
-static always_inline void free_block_in(void *p, fm_st *st, uint64_t line_e) {
-  if (likely(st_live(st_load(st)))) return tcache_free(p, (uint8_t)line_e - 1u, st);
+static always_inline void free_block_in(void *p, fm_st *st, unsigned c1) {
+  if (likely(st_live(st_load(st)))) return tcache_free(p, c1 - 1u, st);
   block_free(p);   /* names the fault */
 }
 
-static cold noinline void free_block_sampled(void *p, fm_st *st, uint64_t line_e) {
+static cold noinline void free_block_sampled(void *p, fm_st *st, unsigned c1) {
   heap_free(p);
-  free_block_in(p, st, line_e);
+  free_block_in(p, st, c1);
 }
 
-/* free() of p, the start of a block with its state at st in a chunk whose line reads line_e
- * (its class + 1 in the low byte), that the fast path could not take (another thread's block,
+/* free() of p, the start of a block of class c1 - 1 with its state at st, that the fast path
+ * could not take (another thread's block,
  * a full bin, a block not LIVE): the block is not looked up again. (The sampled heap's record
  * out of line: every way on is a tail call.) */
-void fm_free_block(void *p, fm_st *st, uint64_t line_e) {
-  if (unlikely(heap_on)) return free_block_sampled(p, st, line_e);
-  free_block_in(p, st, line_e);
+void fm_free_block(void *p, fm_st *st, unsigned c1) {
+  if (unlikely(heap_on)) return free_block_sampled(p, st, c1);
+  free_block_in(p, st, c1);
 }
 
 void fm_free_slow(void *p) {

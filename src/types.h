@@ -184,15 +184,6 @@ _Static_assert((FM_SHARDS_MAX & (FM_SHARDS_MAX - 1)) == 0, "shards are a power o
 _Static_assert((FM_INBOX_MAX & (FM_INBOX_MAX - 1)) == 0 && FM_INBOX_MAX >= FM_OUTBOX, "an inbox is a ring that takes an outbox");
 _Static_assert((FM_ALIGN & (FM_ALIGN - 1)) == 0, "alignment is a power of two");
 
-/* What the fast paths need of a class, indexed by the page map's byte (class + 1);
- * entry FM_NO_CLASS has magic 0, so "is a block start" fails for every address outside a span.
- * A span has a state byte for every multiple of the size below its end: those past the last
- * block are never LIVE, so the multiplication alone tells a block start. */
-struct fm_cf {
-  uint64_t magic[256];    /* ceil(2^64 / size) */
-  uint32_t size[256];
-};
-
 /* One per chunk, in the meta area: all free() reads about a chunk, in half a cache line. */
 #define FM_LINE_STATES 16u
 struct fm_line {
@@ -201,6 +192,10 @@ struct fm_line {
   fm_st own[FM_LINE_STATES];     /* those states, for a class of at most 16 blocks a chunk */
 };
 _Static_assert(sizeof(struct fm_line) == 32, "two lines to a cache line, found by one shift");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "e's first byte is its low byte");
+/* The class + 1 of a line: e's low byte, read as a byte (free() loads it apart from e and
+ * subtracts e from the pointer straight from memory). */
+static inline unsigned fm_line_c1(const struct fm_line *l) { return *(const uint8_t *)&l->e; }
 
 /* A cached block and its state byte: the cache keeps the state's address so malloc() writes it
  * without looking the span up. */
@@ -370,9 +365,17 @@ struct fm_pool {
 };
 
 hidden extern struct fm_pool fm_pool;
-hidden extern struct fm_cf fm_cf;
 hidden extern __thread struct fm_tcache *fm_tc __attribute__((tls_model("initial-exec")));
 hidden extern struct fm_tcache fm_tc_empty;
+
+/* A class's magic, ceil(2^64 / size), indexed by the page map's byte (class + 1); entry
+ * FM_NO_CLASS has magic 0, so "is a block start" fails for every address outside a span. A span
+ * has a state byte for every multiple of the size below its end: those past the last block are
+ * never LIVE, so the multiplication alone tells a block start. The magics sit in the meta area
+ * right below the lines (pool.c), so free() reads one at an offset from the lines' address it
+ * already holds. */
+#define FM_MAGICS 256u
+static inline uint64_t fm_magic(unsigned c1) { return ((const uint64_t *)fm_pool.line - FM_MAGICS)[c1]; }
 
 /* Does a class of this size keep its states in the chunks' lines (at most FM_LINE_STATES blocks
  * start in a chunk), rather than in a shadow? */

@@ -28,8 +28,8 @@ fm_build_lib() {
   fm_need_packages meson ninja-build gcc clang pkg-config || return 1
   local out
   if [ ! -f "$fm_build/build.ninja" ]; then
-    # clang unless CC says otherwise: from the same source it makes the malloc+free pair 53
-    # instructions against gcc's 64 (callgrind, bench/pairs 64, at 8c77b59)
+    # clang unless CC says otherwise: from the same source it makes the malloc+free pair 50
+    # instructions against gcc's 63 (callgrind, bench/pairs 64, at 57c9a6b)
     out=$(CC=${CC:-clang} meson setup "$fm_build" "$fm_top" 2>&1) || { echo "$out" >&2; return 1; }
   fi
   out=$(ninja -C "$fm_build" 2>&1) || { echo "$out" >&2; return 1; }

@@ -25,9 +25,12 @@ static always_inline void fm_free(void *ptr) {
   uintptr_t ch = ((uintptr_t)ptr - fm_pool.heap_base) >> fm_pool.chunk_shift;
   if (likely(ch < fm_pool.heap_chunks)) {
     const struct fm_line *l = &fm_pool.line[ch];
-    unsigned c1 = fm_line_c1(l);   /* e's low byte on its own: e itself is only subtracted */
+    uint64_t e = l->e;
+    unsigned c1 = (uint8_t)e;
     uint64_t magic = fm_magic(c1);
-    unsigned __int128 m = (unsigned __int128)((uintptr_t)ptr + c1 - l->e) * magic;   /* ptr - span */
+    uintptr_t pc = (uintptr_t)ptr + c1;
+    __asm__("" : "+r"(pc));   /* one lea: clang otherwise copies ptr, subtracts e and adds c1 */
+    unsigned __int128 m = (unsigned __int128)(pc - e) * magic;   /* ptr - span */
     fm_st *st = (fm_st *)(l->st + (uint64_t)(m >> 64));
     __builtin_prefetch(st, 1);   /* for writing (x86: prefetchw): another thread's block's state is compare-exchanged next */
     struct fm_tcache *tc = fm_tc;

@@ -192,10 +192,6 @@ struct fm_line {
   fm_st own[FM_LINE_STATES];     /* those states, for a class of at most 16 blocks a chunk */
 };
 _Static_assert(sizeof(struct fm_line) == 32, "two lines to a cache line, found by one shift");
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "e's first byte is its low byte");
-/* The class + 1 of a line: e's low byte, read as a byte (free() loads it apart from e and
- * subtracts e from the pointer straight from memory). */
-static inline unsigned fm_line_c1(const struct fm_line *l) { return *(const uint8_t *)&l->e; }
 
 /* A cached block and its state byte: the cache keeps the state's address so malloc() writes it
  * without looking the span up. */

@@ -109,9 +109,10 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     uint32_t size = o->class_size[c], batch = FM_BATCH_BYTES / size;
     if (batch < FM_BATCH_MIN) batch = FM_BATCH_MIN;
     if (batch > FM_BATCH_MAX) batch = FM_BATCH_MAX;
-    /* at least FM_SPAN_MIN, 8 blocks and 3 chunks (the summary lives in the 2nd chunk's record,
-     * not the last); of the next 8 chunk counts, the one that wastes the smallest share */
-    size_t span = 8ull * size > FM_SPAN_MIN ? 8ull * size : FM_SPAN_MIN, best = 0;
+    /* at least FM_SPAN_MIN, FM_SPAN_MIN_BLOCKS blocks and 3 chunks (the summary lives in the 2nd
+     * chunk's record, not the last); of the next 8 chunk counts, the one that wastes the
+     * smallest share */
+    size_t span = (size_t)FM_SPAN_MIN_BLOCKS * size > FM_SPAN_MIN ? (size_t)FM_SPAN_MIN_BLOCKS * size : FM_SPAN_MIN, best = 0;
     if (span < 3 * chunk) span = 3 * chunk;
     span = (span + chunk - 1) & ~(chunk - 1);
     uint64_t n = 0;

@@ -133,7 +133,9 @@
 #define FM_BATCH_BYTES (32u << 10)   /* a batch holds about this many bytes ... */
 #define FM_BATCH_MIN 4u              /* ... but never fewer blocks than this */
 #define FM_BATCH_MAX 32u             /* ... nor more than this; a cache holds two batches */
-#define FM_SPAN_MIN (64u << 10)      /* a span covers at least this, and at least 8 blocks */
+#define FM_SPAN_MIN (64u << 10)      /* a span covers at least this, ... */
+#define FM_SPAN_MIN_BLOCKS 2u        /* ... and at least this many blocks (a big class's span goes
+                                        back to the heap once its few blocks are free) */
 #define FM_BORROW_STEPS 8u           /* a class that cannot grow takes blocks of the next ones */
 #define FM_BOOT_BYTES (256u << 10)   /* bootstrap buffer for calls made before the pool exists */
 #define FM_RETAIN_DEFAULT (64ull << 20)

@@ -7,13 +7,13 @@
 #include "os.h"
 
 /* ---- span geometry ----------------------------------------------------------------------- */
-static uintptr_t chunk_addr(uint32_t i) { return fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift); }
+static uintptr_t chunk_addr(uint32_t i) { return fm_pool.heap_base + ((uintptr_t)i << FM_CHUNK_SHIFT); }
 static struct fm_line *line(uint32_t i) { return (struct fm_line *)&fm_pool.line[i]; }
 /* The state byte of block q of the span at head: at its chunk's line's st + q (the line of the
  * chunk the block starts in, when the states sit in the lines; else every line of the span
  * names the span's states in the shadow). */
 static fm_st *state_of(const struct fm_class *k, uint32_t head, uint32_t q) {
-  uint32_t j = k->line_states ? (uint32_t)(((uint64_t)q * k->size) >> fm_pool.chunk_shift) : 0;
+  uint32_t j = k->line_states ? (uint32_t)(((uint64_t)q * k->size) >> FM_CHUNK_SHIFT) : 0;
   return (fm_st *)(line(head + j)->st + q);
 }
 /* Block number of p in the span at span_addr (p in it). */
@@ -46,13 +46,13 @@ static struct fm_shard *shard_lock(struct fm_class *k, unsigned sh) {
 
 unsigned class_of(size_t size) { return fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN] - 1u; }
 
-static uint32_t span_head(uint64_t e) { return (uint32_t)(((e & ~0xffull) - fm_pool.heap_base) >> fm_pool.chunk_shift); }
+static uint32_t span_head(uint64_t e) { return (uint32_t)(((e & ~0xffull) - fm_pool.heap_base) >> FM_CHUNK_SHIFT); }
 
 /* Class of the span holding p, or -1 when p is not in a span. */
 int class_at(const void *p) {
   uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
   if (off >= fm_pool.heap_size) return -1;
-  unsigned c = fm_pool.line[off >> fm_pool.chunk_shift].e & 0xff;
+  unsigned c = fm_pool.line[off >> FM_CHUNK_SHIFT].e & 0xff;
   return c == FM_NO_CLASS ? -1 : (int)c - 1;
 }
 
@@ -61,7 +61,7 @@ int class_at(const void *p) {
 int class_find(const void *p, fm_st **st) {
   uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
   if (off >= fm_pool.heap_size) return -1;
-  const struct fm_line *l = &fm_pool.line[off >> fm_pool.chunk_shift];
+  const struct fm_line *l = &fm_pool.line[off >> FM_CHUNK_SHIFT];
   uint64_t e = __atomic_load_n(&l->e, __ATOMIC_ACQUIRE), magic = fm_magic((uint8_t)e);
   unsigned __int128 m = (unsigned __int128)((uintptr_t)p - (e & ~0xffull)) * magic;
   if ((uint64_t)m >= magic) return -1;   /* inside a block, or no class (magic 0) */
@@ -74,7 +74,7 @@ int class_find(const void *p, fm_st **st) {
 /* The span (its first chunk) and the number of the block of class c that holds p, p being in a
  * span of that class; false when p lies past the span's last block. */
 static bool locate(const void *p, unsigned c, uint32_t *head, uint32_t *q) {
-  *head = span_head(fm_pool.line[((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift].e);
+  *head = span_head(fm_pool.line[((uintptr_t)p - fm_pool.heap_base) >> FM_CHUNK_SHIFT].e);
   *q = block_of(c, chunk_addr(*head), p);   /* a multiplication, not a division */
   return *q < fm_pool.cls[c].nblocks;
 }
@@ -103,7 +103,7 @@ fm_st *class_verify(const void *p, unsigned c, enum fault_call call) {
 }
 
 void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chunks) {
-  size_t chunk = (size_t)1 << fm_pool.chunk_shift;
+  size_t chunk = (size_t)1 << FM_CHUNK_SHIFT;
   for (unsigned c = 0, units = 0; c < o->nclass; c++) {
     struct fm_class *k = &fm_pool.cls[c];
     uint32_t size = o->class_size[c], batch = FM_BATCH_BYTES / size;
@@ -131,7 +131,7 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     if (k->xfer_max < batch) k->xfer_max = batch;
     k->reserve = (uint64_t)heap_chunks * o->class_bp[c] / 10000;
     k->states = (uint32_t)((span + size - 1) / size);
-    k->line_states = fm_line_states(size, fm_pool.chunk_shift);
+    k->line_states = fm_line_states(size);
     k->st_shift = (uint8_t)fm_st_shift(size);
     k->bucket_mul = (((uint64_t)FM_BUCKETS << 32) + n - 1) / n;   /* (nblocks - 1) * it >> 32 < FM_BUCKETS */
     ((uint64_t *)fm_pool.line - FM_MAGICS)[c + 1] = UINT64_MAX / size + 1;   /* fm_magic */
@@ -183,7 +183,7 @@ static bool span_new(unsigned c, struct fm_shard *h) {
   /* every state FREE, also past the last block (the shadow may hold an earlier life's): then an
    * address past it never reads LIVE, which is what free()'s fast path relies on; each line
    * says where its chunk's blocks' states are before its entry names the class */
-  uintptr_t span = chunk_addr(head), chunk = (uintptr_t)1 << fm_pool.chunk_shift;
+  uintptr_t span = chunk_addr(head), chunk = (uintptr_t)1 << FM_CHUNK_SHIFT;
   if (!k->line_states) memset(fm_st_q(k, span, 0), ST_FREE, k->states);
   for (uint32_t j = 0; j < k->span_chunks; j++) {
     struct fm_line *l = line(head + j);
@@ -359,9 +359,9 @@ static bool group_run(const struct fm_blk *b, uintptr_t size) {
 static uint32_t give_run(const struct fm_class *k, uint64_t e, const struct fm_blk *b, uint32_t i, uint32_t n, uint64_t *sum) {
   /* locals: the state stores could alias the pool's fields for the compiler */
   const uintptr_t span = (uintptr_t)(e & ~0xffull), heap = fm_pool.heap_base;
-  const uintptr_t size = k->size, nblocks = k->nblocks, bytes = (uintptr_t)k->span_chunks << fm_pool.chunk_shift;
+  const uintptr_t size = k->size, nblocks = k->nblocks, bytes = (uintptr_t)k->span_chunks << FM_CHUNK_SHIFT;
   const struct fm_line *lines = fm_pool.line;
-  const unsigned shift = fm_pool.chunk_shift;
+  const unsigned shift = FM_CHUNK_SHIFT;
   const bool in_lines = k->line_states;
   const uintptr_t st0 = lines[(span - heap) >> shift].st;   /* every line's, unless in_lines */
   uintptr_t set = UINTPTR_MAX;   /* the group whose summary bit the last block set */
@@ -415,7 +415,7 @@ void class_give(unsigned c, unsigned sh, const struct fm_blk *b, uint32_t n) {
   h = NULL;
   for (uint32_t i = 0, j; i < n; i = j) {
     uintptr_t off = (uintptr_t)b[i].p - fm_pool.heap_base;
-    uint64_t e = off < fm_pool.heap_size ? fm_pool.line[off >> fm_pool.chunk_shift].e : 0;
+    uint64_t e = off < fm_pool.heap_size ? fm_pool.line[off >> FM_CHUNK_SHIFT].e : 0;
     if ((e & 0xff) != c + 1) fault_stop("a thread cache is damaged", b[i].p, (int)c);
     uint32_t head = span_head(e);
     struct fm_run *r = span_rec(head);

@@ -22,7 +22,7 @@ static always_inline void *fm_alloc(size_t size) {
  * read or written. A block start the fast path cannot take (another thread's, a full bin) goes
  * to fm_free_block with what was found, anything else to fm_free_slow. */
 static always_inline void fm_free(void *ptr) {
-  uintptr_t ch = ((uintptr_t)ptr - fm_pool.heap_base) >> fm_pool.chunk_shift;
+  uintptr_t ch = ((uintptr_t)ptr - fm_pool.heap_base) >> FM_CHUNK_SHIFT;
   if (likely(ch < fm_pool.heap_chunks)) {
     const struct fm_line *l = &fm_pool.line[ch];
     uint64_t e = l->e;

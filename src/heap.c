@@ -307,7 +307,7 @@ int flatmalloc_heap_dump(const char *name) {
 /* ---- the allocation and free paths ------------------------------------------------------- */
 /* Counts sampled large block p of size bytes for stack pc[0..n) and marks its first chunk. */
 static void heap_record(void *p, size_t size, const uintptr_t *pc, uint32_t n) {
-  uintptr_t ch = ((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift;
+  uintptr_t ch = ((uintptr_t)p - fm_pool.heap_base) >> FM_CHUNK_SHIFT;
   pthread_mutex_lock(&heap_lock);
   struct heap_stack *s = stack_get(pc, n);
   s->live_n++, s->live_bytes += size, s->alloc_n++, s->alloc_bytes += size;
@@ -396,8 +396,8 @@ void *heap_calloc(size_t size) {
 
 void heap_free(void *p) {
   uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
-  if (off >= fm_pool.heap_size || (off & (((uintptr_t)1 << fm_pool.chunk_shift) - 1))) return;
-  uint64_t *m = &mark[off >> fm_pool.chunk_shift];
+  if (off >= fm_pool.heap_size || (off & (((uintptr_t)1 << FM_CHUNK_SHIFT) - 1))) return;
+  uint64_t *m = &mark[off >> FM_CHUNK_SHIFT];
   if (!__atomic_load_n(m, __ATOMIC_RELAXED)) return;
   uint64_t v = __atomic_exchange_n(m, 0, __ATOMIC_RELAXED);   /* one of two racing frees */
   if (!v) return;
@@ -492,7 +492,7 @@ void heap_setup(void) {
   }
   fmt_str(&f, p);
   if (fmt_end(&f) + 32 >= sizeof path) options_fail("FLATMALLOC_HEAP", p, "path too long");
-  size_t chunks = fm_pool.heap_size >> fm_pool.chunk_shift;
+  size_t chunks = fm_pool.heap_size >> FM_CHUNK_SHIFT;
   mark = large_calloc(chunks * sizeof *mark);
   stacks = large_calloc(HEAP_STACKS * sizeof *stacks);
   if (!mark || !stacks) options_fail("FLATMALLOC_HEAP", p, "no room for the profiler's tables in the pool");

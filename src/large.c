@@ -9,13 +9,13 @@
 
 #define LARGE_HEAD (~0xffull)   /* page map of a large block's first chunk: class byte 0 */
 
-static uint32_t chunk_of(const void *p) { return (uint32_t)(((uintptr_t)p - fm_pool.heap_base) >> fm_pool.chunk_shift); }
-static void *chunk_ptr(uint32_t i) { return (void *)(fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift)); }
-static size_t chunk_bytes(void) { return (size_t)1 << fm_pool.chunk_shift; }
+static uint32_t chunk_of(const void *p) { return (uint32_t)(((uintptr_t)p - fm_pool.heap_base) >> FM_CHUNK_SHIFT); }
+static void *chunk_ptr(uint32_t i) { return (void *)(fm_pool.heap_base + ((uintptr_t)i << FM_CHUNK_SHIFT)); }
+static size_t chunk_bytes(void) { return (size_t)1 << FM_CHUNK_SHIFT; }
 
 static bool chunks_for(size_t size, uint32_t *len) {
   if (size > fm_pool.heap_size) return false;
-  size_t n = (size + chunk_bytes() - 1) >> fm_pool.chunk_shift;
+  size_t n = (size + chunk_bytes() - 1) >> FM_CHUNK_SHIFT;
   *len = n ? (uint32_t)n : 1;
   return true;
 }
@@ -30,7 +30,7 @@ void *large_alloc(size_t size, size_t align) {
   uint32_t len;
   if (!chunks_for(size, &len) || align > fm_pool.heap_size) return NULL;
   if (align <= chunk_bytes()) return mark(span_alloc(len, FM_CLASS_MAX, true));
-  if (align > ((size_t)1 << 31 << fm_pool.chunk_shift)) return NULL;
+  if (align > ((size_t)1 << 31 << FM_CHUNK_SHIFT)) return NULL;
   return mark(span_alloc_aligned(len, align));
 }
 
@@ -42,11 +42,11 @@ void *large_alloc(size_t size, size_t align) {
 void *large_calloc(size_t size) {
   uint8_t *p = large_alloc(size, 0);
   if (!p) return NULL;
-  uint32_t first = chunk_of(p), n = (uint32_t)((size + chunk_bytes() - 1) >> fm_pool.chunk_shift);
+  uint32_t first = chunk_of(p), n = (uint32_t)((size + chunk_bytes() - 1) >> FM_CHUNK_SHIFT);
   for (uint32_t i = 0, j; i < n; i = j) {
     bool dirty = span_chunk_dirty(first + i);
     for (j = i + 1; j < n && span_chunk_dirty(first + j) == dirty;) j++;
-    size_t at = (size_t)i << fm_pool.chunk_shift, len = (size_t)(j - i) << fm_pool.chunk_shift;
+    size_t at = (size_t)i << FM_CHUNK_SHIFT, len = (size_t)(j - i) << FM_CHUNK_SHIFT;
     if (dirty || fm_pool.opt.prefault || !os_release(p + at, len)) memset(p + at, 0, size - at < len ? size - at : len);
   }
   return p;
@@ -54,7 +54,7 @@ void *large_calloc(size_t size) {
 
 bool large_owns(const void *p) {
   uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
-  return off < fm_pool.heap_size && !(off & (chunk_bytes() - 1)) && fm_pool.line[off >> fm_pool.chunk_shift].e == LARGE_HEAD;
+  return off < fm_pool.heap_size && !(off & (chunk_bytes() - 1)) && fm_pool.line[off >> FM_CHUNK_SHIFT].e == LARGE_HEAD;
 }
 
 /* Always-on check of a pointer in the heap but not in a span, handed to call: returns when p
@@ -82,7 +82,7 @@ void large_free(void *p) {
   span_free(i);
 }
 
-size_t large_usable(const void *p) { return (size_t)span_rec(chunk_of(p))->len << fm_pool.chunk_shift; }
+size_t large_usable(const void *p) { return (size_t)span_rec(chunk_of(p))->len << FM_CHUNK_SHIFT; }
 
 /* Grows or shrinks p's block in place when its neighbour allows. */
 bool large_resize(void *p, size_t size) {

@@ -29,7 +29,6 @@ static cold __attribute__((noreturn)) void too_small(size_t size) {
  * bytes holds N bytes of blocks. The heap starts on a chunk boundary after them, so every span
  * is aligned to the chunk size. */
 struct layout {
-  unsigned shift;
   size_t nchunks, nshards, shadow_off[FM_SHADOWS], line_off, rec_off, pages_off, tab_off, tag_off, inbox_off, shard_off, xfer_off, meta;
   uint32_t inbox_n;
 };
@@ -38,12 +37,8 @@ static void layout_of(size_t size, struct layout *L) {
   const struct fm_options *o = &fm_pool.opt;
   /* Meta is 96 bytes a chunk (line and run record) and the shadows 1/2^s of the heap for each
    * scale s a class uses (1/8 in all for the default classes; pages of them are touched only
-   * where spans of those classes are); in a big pool a heap spread thin (blocks of tens of KiB
-   * touched at their start only) pays it in page faults and cache misses, a small pool in large
-   * blocks rounded up to whole chunks. */
-  unsigned shift = size >= FM_POOL_BIG ? FM_CHUNK_SHIFT_BIG : FM_CHUNK_SHIFT_MIN;
-  while ((size >> shift) > FM_CHUNKS_MAX) shift++;
-  L->shift = shift;
+   * where spans of those classes are). */
+  const unsigned shift = FM_CHUNK_SHIFT;
   L->nchunks = size >> shift;
   /* two shards a CPU, fewer where their transfer caches would take more than 1/16 of the pool */
   size_t per_shard = sizeof(struct fm_shard) + FM_XFER * sizeof(struct fm_blk);
@@ -56,7 +51,7 @@ static void layout_of(size_t size, struct layout *L) {
   for (unsigned s = 0; s < FM_SHADOWS; s++) L->shadow_off[s] = SIZE_MAX;
   for (unsigned c = 0; c < o->nclass; c++) {
     unsigned s = fm_st_shift(o->class_size[c]);
-    if (fm_line_states(o->class_size[c], shift) || L->shadow_off[s] != SIZE_MAX) continue;
+    if (fm_line_states(o->class_size[c]) || L->shadow_off[s] != SIZE_MAX) continue;
     L->shadow_off[s] = off;
     off = align_up(off + (L->nchunks << shift >> s), 64);
   }
@@ -77,12 +72,11 @@ static void layout_of(size_t size, struct layout *L) {
 static void pool_layout(void *mem, size_t size, const struct layout *L) {
   struct fm_pool *P = &fm_pool;
   struct fm_options *o = &P->opt;
-  unsigned shift = L->shift;
+  const unsigned shift = FM_CHUNK_SHIFT;
   size_t meta = L->meta, tab_off = L->tab_off;
   uintptr_t base = (uintptr_t)mem;
   P->base = base;
   P->size = size;
-  P->chunk_shift = shift;
   P->heap_base = base + meta;
   uint32_t heap_chunks = (uint32_t)L->nchunks;
   P->heap_size = (size_t)heap_chunks << shift;

@@ -30,7 +30,7 @@ static void start(void) {
   if (P->opt.check || P->valgrind || P->opt.profile) {
     P->checked = true;
   } else {
-    P->heap_chunks = P->heap_size >> P->chunk_shift;
+    P->heap_chunks = P->heap_size >> FM_CHUNK_SHIFT;
     P->small_lim = heap_on ? 0 : P->small_max + 1;   /* heap.c counts every malloc's bytes */
   }
 }

@@ -143,7 +143,7 @@ static void list_remove(uint32_t i) {
   struct fm_run *r = R(i);
   unsigned fl, sl;
   if (r->kind != RUN_FREE || r->len == 0 || i + r->len > H.top)
-    fault_stop("the heap's free-run records are damaged", (void *)(fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift)), -1);
+    fault_stop("the heap's free-run records are damaged", (void *)(fm_pool.heap_base + ((uintptr_t)i << FM_CHUNK_SHIFT)), -1);
   unsigned w = (r->flags & RUN_WARM) != 0;
   mapping(r->len, &fl, &sl);
   if (r->prev) R(r->prev - 1)->next = r->next;
@@ -216,10 +216,10 @@ static uint32_t release_run(uint32_t i, uint32_t words, uint32_t most) {
       __atomic_fetch_and(&H.pages[w], ~mask, __ATOMIC_RELAXED);
       k += n;
     }
-    os_release((void *)(fm_pool.heap_base + ((uintptr_t)c << fm_pool.chunk_shift)), (size_t)(stop - c) << fm_pool.chunk_shift);
+    os_release((void *)(fm_pool.heap_base + ((uintptr_t)c << FM_CHUNK_SHIFT)), (size_t)(stop - c) << FM_CHUNK_SHIFT);
     c = stop;
   }
-  H.released += (uint64_t)freed << fm_pool.chunk_shift;
+  H.released += (uint64_t)freed << FM_CHUNK_SHIFT;
   r->clean = c;   /* below it, nothing is left to give back */
   if (c >= end || freed >= r->dirty) {   /* (dirty counts may overstate: a release finds out) */
     H.dirty -= r->dirty;
@@ -308,17 +308,17 @@ static bool commit_entries(const void *array, size_t each, uint32_t from, uint32
 
 static bool commit_to(uint32_t to) {
   if (!fm_pool.lazy_commit || to <= H.committed) return true;
-  uint32_t step = (uint32_t)((1u << 20) >> fm_pool.chunk_shift);
+  uint32_t step = (uint32_t)((1u << 20) >> FM_CHUNK_SHIFT);
   uint32_t want = (to + step - 1) / step * step;
   if (want > H.nchunks) want = H.nchunks;
   for (unsigned s = 0; s < FM_SHADOWS; s++)
     if (fm_pool.st_bias[s] && !commit_entries((const void *)(fm_pool.st_bias[s] + (fm_pool.heap_base >> s)),
-                                              (size_t)1 << (fm_pool.chunk_shift - s), H.committed, want))
+                                              (size_t)1 << (FM_CHUNK_SHIFT - s), H.committed, want))
       return false;
   if (!commit_entries(fm_pool.line, sizeof *fm_pool.line, H.committed, want) || !commit_entries(H.rec, sizeof *H.rec, H.committed, want) ||
       !commit_entries(H.pages, 1, H.committed / 8, (want + 63) / 8) ||
-      !os_commit((void *)(fm_pool.heap_base + ((uintptr_t)H.committed << fm_pool.chunk_shift)),
-                 (size_t)(want - H.committed) << fm_pool.chunk_shift))
+      !os_commit((void *)(fm_pool.heap_base + ((uintptr_t)H.committed << FM_CHUNK_SHIFT)),
+                 (size_t)(want - H.committed) << FM_CHUNK_SHIFT))
     return false;
   H.committed = want;
   return true;
@@ -390,7 +390,7 @@ void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t 
   H.rec = fm_pool.rec = rec;
   H.pages = pages;
   H.nchunks = nchunks;
-  H.retain = retain_bytes >> fm_pool.chunk_shift;
+  H.retain = retain_bytes >> FM_CHUNK_SHIFT;
   H.delay = fm_pool.opt.retain_delay;
   H.committed = fm_pool.lazy_commit ? 0 : nchunks;   /* the first span commits the first tables */
   for (unsigned c = 0; c < fm_pool.nclass; c++) H.reserve[c] = fm_pool.cls[c].reserve;
@@ -413,12 +413,12 @@ int64_t span_alloc_arena(uint32_t len) { return alloc_kind(len, FM_CLASS_MAX, RU
 
 /* Run for a large block whose address is a multiple of align (a power of two above the chunk). */
 int64_t span_alloc_aligned(uint32_t len, size_t align) {
-  uint32_t align_chunks = (uint32_t)(align >> fm_pool.chunk_shift);
+  uint32_t align_chunks = (uint32_t)(align >> FM_CHUNK_SHIFT);
   heap_lock();
   int64_t i = take(len + align_chunks - 1, FM_CLASS_MAX, RUN_LARGE);
   if (i >= 0) {
-    uintptr_t at = fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift);
-    uint32_t a = (uint32_t)((((at + align - 1) & ~(uintptr_t)(align - 1)) - fm_pool.heap_base) >> fm_pool.chunk_shift);
+    uintptr_t at = fm_pool.heap_base + ((uintptr_t)i << FM_CHUNK_SHIFT);
+    uint32_t a = (uint32_t)((((at + align - 1) & ~(uintptr_t)(align - 1)) - fm_pool.heap_base) >> FM_CHUNK_SHIFT);
     uint32_t have = R((uint32_t)i)->len, front = a - (uint32_t)i, back = have - front - len;
     /* give back what lies before and after the aligned part */
     H.used -= front + back;
@@ -562,7 +562,7 @@ void span_after_fork(void) {
 
 void span_stats(struct span_stats *s) {
   heap_lock();
-  size_t shift = fm_pool.chunk_shift;
+  size_t shift = FM_CHUNK_SHIFT;
   *s = (struct span_stats){.used = H.used << shift, .used_peak = H.used_peak << shift, .free = H.listed << shift,
                            .dirty = H.dirty << shift, .top = (size_t)H.top << shift, .released = H.released,
                            .large_held = H.held[FM_CLASS_MAX] << shift};

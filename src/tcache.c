@@ -362,7 +362,7 @@ static void tag_drop(struct fm_tcache *tc) {
 /* Chunks of a cache's run. */
 static uint32_t cache_chunks(void) {
   size_t bytes = offsetof(struct fm_tcache, b) + (size_t)(fm_pool.nclass + 1) * sizeof fm_tc_empty.b[0];
-  return (uint32_t)((bytes + ((size_t)1 << fm_pool.chunk_shift) - 1) >> fm_pool.chunk_shift);
+  return (uint32_t)((bytes + ((size_t)1 << FM_CHUNK_SHIFT) - 1) >> FM_CHUNK_SHIFT);
 }
 
 /* Sets cache tc up (in heap run `run`: first chunk + 1, 0 for none), empty, without a tag, and
@@ -389,7 +389,7 @@ static void cache_init(struct fm_tcache *tc, uint32_t run) {
 static struct fm_tcache *cache_new(void) {
   int64_t i = span_alloc(cache_chunks(), FM_CLASS_MAX, true);
   if (i < 0) return NULL;
-  struct fm_tcache *tc = (struct fm_tcache *)(fm_pool.heap_base + ((uintptr_t)i << fm_pool.chunk_shift));
+  struct fm_tcache *tc = (struct fm_tcache *)(fm_pool.heap_base + ((uintptr_t)i << FM_CHUNK_SHIFT));
   cache_init(tc, (uint32_t)i + 1);
   return tc;
 }
@@ -445,7 +445,7 @@ void tcache_stats(struct tcache_stats *s) {
   fm_lock(&caches_lock);
   s->threads = atomic_load_explicit(&fm_pool.caches_live, memory_order_relaxed);
   s->tagged = __atomic_load_n(&tags_held, __ATOMIC_RELAXED);
-  s->bytes = (uint64_t)runs_n * cache_chunks() << fm_pool.chunk_shift;
+  s->bytes = (uint64_t)runs_n * cache_chunks() << FM_CHUNK_SHIFT;
   fm_unlock(&caches_lock);
 }
 

@@ -6,8 +6,9 @@
  *     [ meta | heap: chunk 0 | chunk 1 | ...                                  | chunk N-1 ]
  *       ^ base  ^ heap_base                                     ^ top: never handed out above
  *
- * The heap is cut into chunks (2^chunk_shift bytes: 8 KiB in pools below 4 GiB, 16 KiB from
- * there, more above 64 GiB). The meta area holds the blocks' states (BLOCK STATE below) and,
+ * The heap is cut into chunks of 2^FM_CHUNK_SHIFT bytes (16 KiB in every pool, so that free()
+ * shifts by a constant; 96 bytes of meta a chunk, reserved for the whole pool, touched where
+ * the heap is used). The meta area holds the blocks' states (BLOCK STATE below) and,
  * per chunk, a line (struct fm_line: the span and class it belongs to), a run record and a bit
  * "may hold pages"; plus the size -> class table, the owner tags, the classes' shards and their
  * transfer caches. No allocator
@@ -39,7 +40,7 @@
  * BLOCK STATE. Every block has a state byte out of the heap (so no overflow from a block
  * reaches it), found from the chunk's line: block q's is at line.st + q. free() finds q by one
  * multiplication by the class's magic (q = high half, and the low half < magic iff the address
- * is a block start). A class of at most 16 blocks a chunk (1 KiB and up with 16 KiB chunks)
+ * is a block start). A class of at most 16 blocks a chunk (1 KiB and up)
  * keeps the states of the blocks starting in a chunk in that chunk's line itself, so a free
  * reads one cache line of meta; a smaller class's states are packed per span in a shadow, a
  * meta array of one byte per 2^s heap bytes, 2^s being the class's size rounded down to a power
@@ -153,11 +154,8 @@
 
 /* ---- do not modify ----------------------------------------------------------------------- */
 #define FM_ALIGN 16u                 /* every block starts on this boundary */
-#define FM_CHUNK_SHIFT_MIN 13u
-#define FM_CHUNK_SHIFT_BIG 14u      /* in pools of FM_POOL_BIG or more: half the meta per heap byte */
-#define FM_POOL_BIG (4ull << 30)
+#define FM_CHUNK_SHIFT 14u          /* chunks of 16 KiB in every pool: free() shifts by a constant */
 #define FM_SHADOWS 32u               /* state shadows, by scale 2^s: s < 32 */
-#define FM_CHUNKS_MAX (1u << 22)     /* page map and run records have at most this many entries */
 #define FM_SPAN_BLOCKS 4096u         /* most blocks in one span (the summary is 512 bits) */
 #define FM_POOL_MAX (1ull << 44)
 #define FM_NO_CLASS 0u               /* page map: the chunk is not in a span (fresh meta reads 0) */
@@ -330,7 +328,6 @@ struct fm_pool {
   size_t small_lim;          /* sizes below this take the fast path; 0 before start-up */
   const uint8_t *cls_of;     /* (size + 15) / 16 -> class + 1 */
   const struct fm_line *line;   /* per chunk: span, class, where its blocks' states are */
-  unsigned chunk_shift;
   uint64_t key;              /* random, per process */
 
   uint64_t link_key;         /* random, odd: mangles remote stacks' links (tcache.c) */
@@ -377,7 +374,7 @@ static inline uint64_t fm_magic(unsigned c1) { return ((const uint64_t *)fm_pool
 
 /* Does a class of this size keep its states in the chunks' lines (at most FM_LINE_STATES blocks
  * start in a chunk), rather than in a shadow? */
-static inline bool fm_line_states(size_t size, unsigned chunk_shift) { return (((size_t)1 << chunk_shift) + size - 1) / size <= FM_LINE_STATES; }
+static inline bool fm_line_states(size_t size) { return (((size_t)1 << FM_CHUNK_SHIFT) + size - 1) / size <= FM_LINE_STATES; }
 /* The scale of the shadow that holds a class's states: its size rounded down to a power of two. */
 static inline unsigned fm_st_shift(size_t size) { return 63u - (unsigned)__builtin_clzll(size); }
 /* The state byte of block q of class k's span at span_addr, in its shadow (BLOCK STATE above). */

@@ -3,12 +3,12 @@
 #
 # usage: states.sh PATH/TO/libflatmalloc.so [PATH/TO/states]
 #
-# A class below 512 B (FLATMALLOC_POOL=1G: 8 KiB chunks) keeps its blocks' states in a shadow
-# of one byte per 2^s heap bytes, 2^s its size rounded down to a power of two; with the chunks'
-# lines and run records (96 bytes a chunk, 1/85 of the heap) that is all the tables hold for a
+# A class below 1 KiB (16 KiB chunks) keeps its blocks' states in a shadow of one byte per 2^s
+# heap bytes, 2^s its size rounded down to a power of two; with the chunks' lines and run
+# records (96 bytes a chunk, 1/170 of the heap) that is all the tables hold for a
 # heap of one size. The helper counts the resident pages below the lowest block (mincore) after
 # allocating, filling and checking the blocks:
-# 1. 1,048,576 blocks of 48 B (48 MiB): at most 1/20 of them (states 1/32, lines 1/85; one
+# 1. 1,048,576 blocks of 48 B (48 MiB): at most 1/20 of them (states 1/32, lines 1/170; one
 #    shadow of 1/16 for every class, as before, made 1/13).
 # 2. 262,144 blocks of 256 B (64 MiB): at most 1/40 (states 1/256; before: 1/10).
 # 3. 2,097,152 blocks of 16 B (32 MiB): at most 1/12 (states 1/16, the densest shadow).

@@ -85,8 +85,8 @@ run fm "${FM[@]}" FLATMALLOC_POOL=64M -- reuse
 small=$(val fm small_bytes) other=$(val fm other_bytes) large=$(val fm large_bytes)
 le $((60 << 20)) "$small" 1 || fm_fail "NULL after $small bytes of 64 B blocks in a 64 MiB pool"
 le "$small" "$other" 1.05 || fm_fail "1000 B blocks got $other bytes after 64 B blocks had $small"
-le "$small" "$large" 1.10 || fm_fail "100 KB blocks got $large bytes after 64 B blocks had $small"
-fm_ok "64 B: $small bytes; then 1000 B: $other; then 100 KB: $large"
+le "$small" "$large" 1.10 || fm_fail "96 KiB blocks got $large bytes after 64 B blocks had $small"
+fm_ok "64 B: $small bytes; then 1000 B: $other; then 96 KiB: $large"
 
 fm_check "a reserved class (256:25) still allocates its 25 % after a runaway size got ENOMEM"
 run fm "${FM[@]}" FLATMALLOC_POOL=64M FLATMALLOC_CLASSES=16,64,256:25,1024 -- reserve
@@ -94,14 +94,14 @@ runaway=$(val fm runaway_bytes) reserved=$(val fm reserved_bytes)
 le $((64 << 20)) "$reserved" 4.2 || fm_fail "the reserved class got only $reserved bytes after the runaway size"
 le "$runaway" $((64 << 20)) 0.75 || fm_fail "the runaway size took $runaway bytes, into the reservation"
 fm_ok "runaway 16 B: $runaway bytes until ENOMEM; reserved 256 B: $reserved bytes after it"
-fm_check "chunks are 8 KiB in pools below 4 GiB, 16 KiB from 4 GiB; a large block is whole chunks"
-for pc in "64M 8192 106496" "2G 8192 106496" "4G 16384 114688" "16G 16384 114688"; do
+fm_check "chunks are 16 KiB in every pool; a large block is whole chunks"
+for pc in "64M 16384 114688" "2G 16384 114688" "16G 16384 114688" "1T 16384 114688"; do
   set -- $pc
   run fm "${FM[@]}" FLATMALLOC_POOL="$1" -- chunk
   [ "$(val fm chunk)" = "$2" ] || fm_fail "FLATMALLOC_POOL=$1: chunk $(val fm chunk), expected $2"
   [ "$(val fm usable_100000)" = "$3" ] || fm_fail "FLATMALLOC_POOL=$1: malloc_usable_size of 100,000 bytes is $(val fm usable_100000), expected $3"
 done
-fm_ok "64M and 2G: 8 KiB chunks, 100,000 bytes use 106,496; 4G and 16G: 16 KiB, 114,688"
+fm_ok "64M, 2G, 16G and 1T: 16 KiB chunks, 100,000 bytes use 114,688"
 
 fm_check "a free run that holds pages is taken before a better fit that gave its pages back"
 run fm "${FM[@]}" FLATMALLOC_RETAIN=1G -- warm

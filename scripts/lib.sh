@@ -29,7 +29,7 @@ fm_build_lib() {
   local out
   if [ ! -f "$fm_build/build.ninja" ]; then
     # clang unless CC says otherwise: from the same source it makes the malloc+free pair 50
-    # instructions against gcc's 63 (callgrind, bench/pairs 64, at 57c9a6b)
+    # instructions against gcc's 60 (callgrind, bench/pairs 64, at b34fc10)
     out=$(CC=${CC:-clang} meson setup "$fm_build" "$fm_top" 2>&1) || { echo "$out" >&2; return 1; }
   fi
   out=$(ninja -C "$fm_build" 2>&1) || { echo "$out" >&2; return 1; }

@@ -79,9 +79,8 @@ static cold noinline void free_block_sampled(void *p, fm_st *st, unsigned c1) {
 }
 
 /* free() of p, the start of a block of class c1 - 1 with its state at st, that the fast path
- * could not take (another thread's block,
- * a full bin, a block not LIVE): the block is not looked up again. (The sampled heap's record
- * out of line: every way on is a tail call.) */
+ * could not take (another thread's block, a full bin, a block not LIVE): the block is not
+ * looked up again. (The sampled heap's record out of line: every way on is a tail call.) */
 void fm_free_block(void *p, fm_st *st, unsigned c1) {
   if (unlikely(heap_on)) return free_block_sampled(p, st, c1);
   free_block_in(p, st, c1);

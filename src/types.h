@@ -183,6 +183,7 @@ _Static_assert(ST_OWNED + FM_TAGS <= ST_NONE, "every tag has a LIVE value of its
 _Static_assert((FM_SHARDS_MAX & (FM_SHARDS_MAX - 1)) == 0, "shards are a power of two");
 _Static_assert((FM_INBOX_MAX & (FM_INBOX_MAX - 1)) == 0 && FM_INBOX_MAX >= FM_OUTBOX, "an inbox is a ring that takes an outbox");
 _Static_assert((FM_ALIGN & (FM_ALIGN - 1)) == 0, "alignment is a power of two");
+_Static_assert((FM_POOL_MAX >> FM_CHUNK_SHIFT) < UINT32_MAX, "chunk indexes + 1 fit 32 bits");
 
 /* One per chunk, in the meta area: all free() reads about a chunk, in half a cache line. */
 #define FM_LINE_STATES 16u

@@ -160,7 +160,7 @@
 #define FM_POOL_MAX (1ull << 44)
 #define FM_NO_CLASS 0u               /* page map: the chunk is not in a span (fresh meta reads 0) */
 #define FM_CACHE_MAX (2 * FM_BATCH_MAX)
-#define FM_XFER (16u * FM_BATCH_MAX) /* blocks a shard keeps as they came (transfer cache), */
+#define FM_XFER (32u * FM_BATCH_MAX) /* blocks a shard keeps as they came (transfer cache), */
 #define FM_XFER_BYTES (128u << 10)   /* ... at most this many bytes of them, but at least one batch */
 
 /* A block's state byte (BLOCK STATE above). ZERO is CACHED for a block never handed out whose

@@ -96,7 +96,6 @@ static struct {
   _Atomic uint64_t live, made, held, held_peak, taken, given, resets;
 } T;
 
-static size_t chunk_bytes(void) { return (size_t)1 << FM_CHUNK_SHIFT; }
 static uintptr_t chunk_addr(uint32_t i) { return fm_pool.heap_base + ((uintptr_t)i << FM_CHUNK_SHIFT); }
 static size_t run_bytes(uint32_t i) { return (size_t)span_rec(i)->len << FM_CHUNK_SHIFT; }
 static uintptr_t run_end(uint32_t i) { return chunk_addr(i) + run_bytes(i); }
@@ -125,7 +124,7 @@ static void held_add(flatmalloc_arena *a, size_t bytes) {
  * out: memcheck's mempool makes each allocation accessible, and otherwise (checking mode
  * under a tool writes headers and canaries) the whole run is opened. */
 static int64_t run_take(size_t bytes, bool open) {
-  size_t n = (bytes + chunk_bytes() - 1) >> FM_CHUNK_SHIFT;
+  size_t n = (bytes + FM_CHUNK - 1) >> FM_CHUNK_SHIFT;
   if (bytes > fm_pool.heap_size || n >= UINT32_MAX) return -1;
   int64_t i = span_alloc_arena((uint32_t)n);
   if (i >= 0 && open) VALGRIND_MAKE_MEM_UNDEFINED((void *)chunk_addr((uint32_t)i), n << FM_CHUNK_SHIFT);
@@ -341,7 +340,7 @@ flatmalloc_arena *flatmalloc_arena_create(size_t keep) {
 static void arena_verify(const flatmalloc_arena *a, const char *what) {
   uintptr_t off = (uintptr_t)a - fm_pool.heap_base;
   /* a record in the middle of a run may be stale: the magic tells an arena from its remains */
-  if (!a || off >= fm_pool.heap_size || off & (chunk_bytes() - 1) || span_rec((uint32_t)(off >> FM_CHUNK_SHIFT))->kind != RUN_ARENA ||
+  if (!a || off >= fm_pool.heap_size || off & (FM_CHUNK - 1) || span_rec((uint32_t)(off >> FM_CHUNK_SHIFT))->kind != RUN_ARENA ||
       a->magic != magic_of(a))
     fault_stop(what, a, -1);
 }

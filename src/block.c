@@ -16,7 +16,7 @@ void *block_alloc(size_t size) {
 /* Memory aligned to align (a power of two above 16). A class whose size is a multiple of align
  * hands out aligned blocks (spans start on chunk boundaries); the rest is large. */
 void *block_alloc_aligned(size_t align, size_t size) {
-  if (size <= fm_pool.small_max && align <= ((size_t)1 << FM_CHUNK_SHIFT))
+  if (size <= fm_pool.small_max && align <= FM_CHUNK)
     for (unsigned c = class_of(size); c < fm_pool.nclass; c++)
       if (fm_pool.cls[c].size % align == 0) {
         void *p = tcache_alloc(c, false, NULL);

@@ -103,7 +103,7 @@ fm_st *class_verify(const void *p, unsigned c, enum fault_call call) {
 }
 
 void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chunks) {
-  size_t chunk = (size_t)1 << FM_CHUNK_SHIFT;
+  const size_t chunk = FM_CHUNK;
   for (unsigned c = 0, units = 0; c < o->nclass; c++) {
     struct fm_class *k = &fm_pool.cls[c];
     uint32_t size = o->class_size[c], batch = FM_BATCH_BYTES / size;
@@ -183,7 +183,7 @@ static bool span_new(unsigned c, struct fm_shard *h) {
   /* every state FREE, also past the last block (the shadow may hold an earlier life's): then an
    * address past it never reads LIVE, which is what free()'s fast path relies on; each line
    * says where its chunk's blocks' states are before its entry names the class */
-  uintptr_t span = chunk_addr(head), chunk = (uintptr_t)1 << FM_CHUNK_SHIFT;
+  uintptr_t span = chunk_addr(head), chunk = FM_CHUNK;
   if (!k->line_states) memset(fm_st_q(k, span, 0), ST_FREE, k->states);
   for (uint32_t j = 0; j < k->span_chunks; j++) {
     struct fm_line *l = line(head + j);

@@ -396,7 +396,7 @@ void *heap_calloc(size_t size) {
 
 void heap_free(void *p) {
   uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
-  if (off >= fm_pool.heap_size || (off & (((uintptr_t)1 << FM_CHUNK_SHIFT) - 1))) return;
+  if (off >= fm_pool.heap_size || (off & (FM_CHUNK - 1))) return;
   uint64_t *m = &mark[off >> FM_CHUNK_SHIFT];
   if (!__atomic_load_n(m, __ATOMIC_RELAXED)) return;
   uint64_t v = __atomic_exchange_n(m, 0, __ATOMIC_RELAXED);   /* one of two racing frees */

@@ -11,11 +11,10 @@
 
 static uint32_t chunk_of(const void *p) { return (uint32_t)(((uintptr_t)p - fm_pool.heap_base) >> FM_CHUNK_SHIFT); }
 static void *chunk_ptr(uint32_t i) { return (void *)(fm_pool.heap_base + ((uintptr_t)i << FM_CHUNK_SHIFT)); }
-static size_t chunk_bytes(void) { return (size_t)1 << FM_CHUNK_SHIFT; }
 
 static bool chunks_for(size_t size, uint32_t *len) {
   if (size > fm_pool.heap_size) return false;
-  size_t n = (size + chunk_bytes() - 1) >> FM_CHUNK_SHIFT;
+  size_t n = (size + FM_CHUNK - 1) >> FM_CHUNK_SHIFT;
   *len = n ? (uint32_t)n : 1;
   return true;
 }
@@ -29,7 +28,7 @@ static void *mark(int64_t i) {
 void *large_alloc(size_t size, size_t align) {
   uint32_t len;
   if (!chunks_for(size, &len) || align > fm_pool.heap_size) return NULL;
-  if (align <= chunk_bytes()) return mark(span_alloc(len, FM_CLASS_MAX, true));
+  if (align <= FM_CHUNK) return mark(span_alloc(len, FM_CLASS_MAX, true));
   if (align > ((size_t)1 << 31 << FM_CHUNK_SHIFT)) return NULL;
   return mark(span_alloc_aligned(len, align));
 }
@@ -42,7 +41,7 @@ void *large_alloc(size_t size, size_t align) {
 void *large_calloc(size_t size) {
   uint8_t *p = large_alloc(size, 0);
   if (!p) return NULL;
-  uint32_t first = chunk_of(p), n = (uint32_t)((size + chunk_bytes() - 1) >> FM_CHUNK_SHIFT);
+  uint32_t first = chunk_of(p), n = (uint32_t)((size + FM_CHUNK - 1) >> FM_CHUNK_SHIFT);
   for (uint32_t i = 0, j; i < n; i = j) {
     bool dirty = span_chunk_dirty(first + i);
     for (j = i + 1; j < n && span_chunk_dirty(first + j) == dirty;) j++;
@@ -54,7 +53,7 @@ void *large_calloc(size_t size) {
 
 bool large_owns(const void *p) {
   uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
-  return off < fm_pool.heap_size && !(off & (chunk_bytes() - 1)) && fm_pool.line[off >> FM_CHUNK_SHIFT].e == LARGE_HEAD;
+  return off < fm_pool.heap_size && !(off & (FM_CHUNK - 1)) && fm_pool.line[off >> FM_CHUNK_SHIFT].e == LARGE_HEAD;
 }
 
 /* Always-on check of a pointer in the heap but not in a span, handed to call: returns when p

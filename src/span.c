@@ -562,7 +562,7 @@ void span_after_fork(void) {
 
 void span_stats(struct span_stats *s) {
   heap_lock();
-  size_t shift = FM_CHUNK_SHIFT;
+  const unsigned shift = FM_CHUNK_SHIFT;
   *s = (struct span_stats){.used = H.used << shift, .used_peak = H.used_peak << shift, .free = H.listed << shift,
                            .dirty = H.dirty << shift, .top = (size_t)H.top << shift, .released = H.released,
                            .large_held = H.held[FM_CLASS_MAX] << shift};

@@ -75,7 +75,7 @@ void flatmalloc_stats_print(void) {
   char buf[256];
   struct fmt f = {buf, sizeof buf, 0};
   int pid = os_getpid();
-  size_t chunk = (size_t)1 << FM_CHUNK_SHIFT;
+  const size_t chunk = FM_CHUNK;
   line_start(&f, pid);
   fmt_str(&f, "class    size     in_use       peak    spans  peak_spans  reserved  borrows  exhausted");
   line_flush(&f);
@@ -135,7 +135,7 @@ size_t flatmalloc_stats_json(char *buf, size_t size) {
   span_stats(&ss);
   struct tcache_stats ts;
   tcache_stats(&ts);
-  size_t chunk = (size_t)1 << FM_CHUNK_SHIFT;
+  const size_t chunk = FM_CHUNK;
   field(&f, "{\"pid\":", (unsigned)os_getpid());
   field(&f, ",\"pool\":{\"reserved\":", fm_pool.size);
   field(&f, ",\"committed\":", committed());

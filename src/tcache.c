@@ -362,7 +362,7 @@ static void tag_drop(struct fm_tcache *tc) {
 /* Chunks of a cache's run. */
 static uint32_t cache_chunks(void) {
   size_t bytes = offsetof(struct fm_tcache, b) + (size_t)(fm_pool.nclass + 1) * sizeof fm_tc_empty.b[0];
-  return (uint32_t)((bytes + ((size_t)1 << FM_CHUNK_SHIFT) - 1) >> FM_CHUNK_SHIFT);
+  return (uint32_t)((bytes + FM_CHUNK - 1) >> FM_CHUNK_SHIFT);
 }
 
 /* Sets cache tc up (in heap run `run`: first chunk + 1, 0 for none), empty, without a tag, and

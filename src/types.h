@@ -155,6 +155,7 @@
 /* ---- do not modify ----------------------------------------------------------------------- */
 #define FM_ALIGN 16u                 /* every block starts on this boundary */
 #define FM_CHUNK_SHIFT 14u          /* chunks of 16 KiB in every pool: free() shifts by a constant */
+#define FM_CHUNK ((size_t)1 << FM_CHUNK_SHIFT)
 #define FM_SHADOWS 32u               /* state shadows, by scale 2^s: s < 32 */
 #define FM_SPAN_BLOCKS 4096u         /* most blocks in one span (the summary is 512 bits) */
 #define FM_POOL_MAX (1ull << 44)
@@ -375,7 +376,7 @@ static inline uint64_t fm_magic(unsigned c1) { return ((const uint64_t *)fm_pool
 
 /* Does a class of this size keep its states in the chunks' lines (at most FM_LINE_STATES blocks
  * start in a chunk), rather than in a shadow? */
-static inline bool fm_line_states(size_t size) { return (((size_t)1 << FM_CHUNK_SHIFT) + size - 1) / size <= FM_LINE_STATES; }
+static inline bool fm_line_states(size_t size) { return (FM_CHUNK + size - 1) / size <= FM_LINE_STATES; }
 /* The scale of the shadow that holds a class's states: its size rounded down to a power of two. */
 static inline unsigned fm_st_shift(size_t size) { return 63u - (unsigned)__builtin_clzll(size); }
 /* The state byte of block q of class k's span at span_addr, in its shadow (BLOCK STATE above). */

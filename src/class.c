@@ -124,6 +124,9 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     span = best;
     k->size = size;
     k->batch = batch;
+    k->bin_max = FM_BIN_BYTES / size;   /* (FM_BIN_BYTES / FM_ALIGN >= FM_BIN_MAX) */
+    if (k->bin_max > FM_BIN_MAX) k->bin_max = FM_BIN_MAX;
+    if (k->bin_max < 2 * batch) k->bin_max = 2 * batch;
     k->nblocks = (uint32_t)n;
     k->span_chunks = (uint32_t)(span / chunk);
     k->xfer_max = FM_XFER_BYTES / size;   /* blocks held there keep their spans out of the pool */

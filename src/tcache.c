@@ -78,6 +78,8 @@ static fm_st tag_value(const struct fm_tag *t) { return (fm_st)(ST_OWNED + (t - 
 
 static uint32_t cached(const struct fm_tcache *tc, unsigned c1) { return (uint32_t)(tc->top[c1] - tc->base[c1]); }
 static uint32_t room(const struct fm_tcache *tc, unsigned c1) { return (uint32_t)(tc->lim[c1] - tc->base[c1]); }
+/* The most a bin's room may be: its row, up to the next one's. */
+static uint32_t row(const struct fm_tcache *tc, unsigned c1) { return (uint32_t)(tc->base[c1 + 1] - tc->base[c1]); }
 
 /* The shard a refill or flush uses now: one of the two (by salt) of the CPU the thread runs on
  * (check.c's native calls must not read the thread's storage, where glibc keeps the CPU). While
@@ -119,9 +121,9 @@ static bool budget_allows(struct fm_tcache *tc, uint64_t want) {
 static void bin_flush(struct fm_tcache *tc, unsigned c, uint32_t n) {
   unsigned c1 = c + 1;
   if (!n) return;
-  class_give(c, shard_now(tc), tc->b[c1], n);
+  class_give(c, shard_now(tc), tc->base[c1], n);
   uint32_t left = cached(tc, c1) - n;
-  memmove(tc->b[c1], tc->b[c1] + n, left * sizeof tc->b[c1][0]);
+  memmove(tc->base[c1], tc->base[c1] + n, left * sizeof *tc->base[c1]);
   tc->top[c1] -= n;
 }
 
@@ -359,21 +361,34 @@ static void tag_drop(struct fm_tcache *tc) {
   __atomic_fetch_sub(&tags_held, 1, __ATOMIC_RELAXED);
 }
 
+/* The row of class c in a cache: its bin_max blocks, or in the native cache at most
+ * FM_NATIVE_BIN (static memory for every possible class). */
+static uint32_t row_len(unsigned c, bool native) {
+  uint32_t n = fm_pool.cls[c].bin_max;
+  return native && n > FM_NATIVE_BIN ? FM_NATIVE_BIN : n;
+}
+
 /* Chunks of a cache's run. */
 static uint32_t cache_chunks(void) {
-  size_t bytes = offsetof(struct fm_tcache, b) + (size_t)(fm_pool.nclass + 1) * sizeof fm_tc_empty.b[0];
+  size_t bytes = offsetof(struct fm_tcache, b);
+  for (unsigned c = 0; c < fm_pool.nclass; c++) bytes += row_len(c, false) * sizeof *fm_tc_empty.b;
   return (uint32_t)((bytes + FM_CHUNK - 1) >> FM_CHUNK_SHIFT);
 }
 
-/* Sets cache tc up (in heap run `run`: first chunk + 1, 0 for none), empty, without a tag, and
- * links it in the list of caches. */
+/* Sets cache tc up (in heap run `run`: first chunk + 1, 0 for check.c's native cache), empty,
+ * without a tag, and links it in the list of caches. */
 static void cache_init(struct fm_tcache *tc, uint32_t run) {
   memset(tc, 0, offsetof(struct fm_tcache, b));
   tc->run = run;
   tc->earned = FM_TC_START;
   tc->tag = ST_LIVE;
   tc->own = ST_NONE;
-  for (unsigned c1 = 1; c1 <= fm_pool.nclass; c1++) tc->base[c1] = tc->top[c1] = tc->lim[c1] = tc->b[c1];
+  struct fm_blk *b = tc->b;
+  for (unsigned c = 0; c < fm_pool.nclass; c++) {
+    tc->base[c + 1] = tc->top[c + 1] = tc->lim[c + 1] = b;
+    b += row_len(c, !run);
+  }
+  tc->base[fm_pool.nclass + 1] = b;
   static _Atomic uint16_t salt;
   tc->salt = atomic_fetch_add_explicit(&salt, 1, memory_order_relaxed);
   fm_lock(&caches_lock);
@@ -468,7 +483,7 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
       if (tc->top[k1] == tc->base[k1]) {
         if (room(tc, k1) < batch) bin_grow(tc, k, batch - room(tc, k1));
         uint32_t want = room(tc, k1) < batch ? room(tc, k1) : batch;
-        if (want) tc->top[k1] = tc->base[k1] + class_take(k, sh, tc->b[k1], want, k == c);
+        if (want) tc->top[k1] = tc->base[k1] + class_take(k, sh, tc->base[k1], want, k == c);
       }
       if (tc->top[k1] != tc->base[k1]) {
         got = *--tc->top[k1];
@@ -505,7 +520,7 @@ static struct fm_tcache *tc_native = &fm_tc_empty;
  * that no block covers), its rows for every possible class. */
 static union {
   struct fm_tcache tc;
-  char bytes[offsetof(struct fm_tcache, b) + FM_BINS * sizeof fm_tc_empty.b[0]];
+  char bytes[offsetof(struct fm_tcache, b) + FM_CLASS_MAX * FM_NATIVE_BIN * sizeof *fm_tc_empty.b];
 } native_cache;
 
 void tcache_native_setup(void) {
@@ -526,9 +541,10 @@ static noinline void put_full(struct fm_tcache *tc, void *p, unsigned c, fm_st *
     return;
   }
   if (tc->top[c1] >= tc->lim[c1]) {
-    uint32_t r = room(tc, c1), batch = fm_pool.cls[c].batch;
+    uint32_t r = room(tc, c1), batch = fm_pool.cls[c].batch, more = r < batch ? batch - r : batch;
+    if (more > row(tc, c1) - r) more = row(tc, c1) - r;   /* a batch at a time, up to the row */
     if (tc->cap_bytes > budget(tc)) bin_resize(tc, c, r / 2);
-    else if (r >= 2 * batch || !bin_grow(tc, c, r < batch ? batch - r : batch)) bin_flush(tc, c, (r + 1) / 2);
+    else if (!more || !bin_grow(tc, c, more)) bin_flush(tc, c, (r + 1) / 2);
     if (tc->top[c1] >= tc->lim[c1]) {
       class_give(c, shard_now(tc), &(struct fm_blk){p, st}, 1);
       return;
@@ -653,11 +669,11 @@ int tcache_check(void) {
     uint64_t bytes = 0;
     for (unsigned c = 0; c < fm_pool.nclass; c++) {
       unsigned c1 = c + 1;
-      if (tc->top[c1] < tc->base[c1] || tc->top[c1] > tc->lim[c1] || room(tc, c1) > FM_CACHE_MAX) faults++;
+      if (tc->top[c1] < tc->base[c1] || tc->top[c1] > tc->lim[c1] || room(tc, c1) > row(tc, c1)) faults++;
       bytes += (uint64_t)room(tc, c1) * fm_pool.cls[c].size;
-      for (uint32_t j = 0; j < cached(tc, c1) && j < FM_CACHE_MAX; j++) {
+      for (uint32_t j = 0; j < cached(tc, c1) && j < row(tc, c1); j++) {
         fm_st *st;
-        if (class_find(tc->b[c1][j].p, &st) != (int)c || !st_cached(st_load(st)) || st != tc->b[c1][j].st) faults++;
+        if (class_find(tc->base[c1][j].p, &st) != (int)c || !st_cached(st_load(st)) || st != tc->base[c1][j].st) faults++;
       }
     }
     if (bytes != tc->cap_bytes) faults++;

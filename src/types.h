@@ -85,13 +85,15 @@
  * taken at its first call (only the rows of the classes it uses are touched), linked in a list
  * the statistics read. Per class, an array of free blocks. malloc pops and writes its tag's LIVE;
  * free checks the block's state is its own LIVE, writes CACHED and pushes. A bin's room grows
- * by demand up to two batches while the thread's cached bytes stay within its budget: a new
+ * by demand, a batch at a time, up to its row (FM_BIN_BYTES of blocks, at most FM_BIN_MAX and at
+ * least two batches: a program that frees a few hundred small blocks in a row and allocates them
+ * again keeps them in the thread) while the thread's cached bytes stay within its budget: a new
  * thread may hold FM_TC_START and earns more, doubling each FM_TC_EARN times its bins could not
  * grow, up to its share of FM_TC_PER_CPU a CPU among the threads holding a cache (at least
  * FM_TC_MIN, at most FM_TC_MAX); so a pool of threads that allocated a little and now wait
  * holds little, and a busy thread among thousands still caches what it churns. A full bin gives
- * half to the class, an empty one takes a batch: O(batch). A thread that exits gives
- * everything back, its cache's run included.
+ * half to the class (at most FM_BIN_MAX / 2 blocks in one call), an empty one takes a batch. A
+ * thread that exits gives everything back, its cache's run included.
  *
  * LARGE BLOCK (large.c). A request above the largest class is a run of its own: the block
  * starts on a chunk boundary, its size and state are in the run record, never beside it.
@@ -133,7 +135,9 @@
 #define FM_SMALL_MAX (1u << 20)      /* largest class size allowed */
 #define FM_BATCH_BYTES (32u << 10)   /* a batch holds about this many bytes ... */
 #define FM_BATCH_MIN 4u              /* ... but never fewer blocks than this */
-#define FM_BATCH_MAX 32u             /* ... nor more than this; a cache holds two batches */
+#define FM_BATCH_MAX 32u             /* ... nor more than this */
+#define FM_BIN_BYTES (32u << 10)     /* a thread's bin may grow to about this many bytes of blocks, */
+#define FM_BIN_MAX 1024u             /* ... but never more blocks than this, nor fewer than two batches */
 #define FM_SPAN_MIN (64u << 10)      /* a span covers at least this, ... */
 #define FM_SPAN_MIN_BLOCKS 2u        /* ... and at least this many blocks (a big class's span goes
                                         back to the heap once its few blocks are free) */
@@ -160,7 +164,7 @@
 #define FM_SPAN_BLOCKS 4096u         /* most blocks in one span (the summary is 512 bits) */
 #define FM_POOL_MAX (1ull << 44)
 #define FM_NO_CLASS 0u               /* page map: the chunk is not in a span (fresh meta reads 0) */
-#define FM_CACHE_MAX (2 * FM_BATCH_MAX)
+#define FM_NATIVE_BIN (2 * FM_BATCH_MAX)   /* check.c's native cache (static): bins of at most this */
 #define FM_XFER (32u * FM_BATCH_MAX) /* blocks a shard keeps as they came (transfer cache), */
 #define FM_XFER_BYTES (128u << 10)   /* ... at most this many bytes of them, but at least one batch */
 
@@ -250,8 +254,8 @@ struct fm_tcache {
   struct fm_blk out[FM_OUTBOX];
   struct fm_blk *top[FM_BINS];
   struct fm_blk *lim[FM_BINS];
-  struct fm_blk *base[FM_BINS];
-  cacheline_aligned struct fm_blk b[][FM_CACHE_MAX];   /* rows 1..nclass */
+  struct fm_blk *base[FM_BINS + 1];   /* base[c1 + 1]: the end of row c1 */
+  cacheline_aligned struct fm_blk b[];   /* rows 1..nclass, of their classes' bin_max */
 };
 
 /* A shard of a class: its spans with free blocks (by occupancy), its transfer cache's count
@@ -273,6 +277,7 @@ struct fm_shard {
 /* One size class: geometry and its shards. */
 struct fm_class {
   uint32_t size, batch, nblocks, span_chunks;
+  uint32_t bin_max;                   /* blocks a thread's bin holds at most (its row) */
   uint32_t xfer_max;                  /* blocks a shard's transfer cache holds */
   uint32_t states;                    /* state bytes of a span: one per multiple of size below its end */
   bool line_states;                   /* the states sit in the chunks' lines (16 or fewer blocks a chunk) */

@@ -20,6 +20,8 @@
  *              while all were live, then idle: their caches hold 64 KiB each at most (a new
  *              thread's 32 KiB, doubled once by demand), main 2 MiB; after they exit, next to
  *              nothing
+ *   bins       a thread frees 600 blocks of 32 B in a row: all stay in its cache (statistics), and
+ *              its next 600 mallocs hand out those blocks; after 3,000 it caches 512-1,024 of them
  *
  * Every case checks block contents where it keeps blocks. `--libc` runs the cases glibc also
  * passes (remote, orphans). */
@@ -406,6 +408,75 @@ static void case_budget(void)
            after);
 }
 
+/* ---- bins ------------------------------------------------------------------------------- */
+#define NBIN 600
+#define NBIN_ALL 3000
+static pthread_barrier_t bin_step;
+static fmt_blk binb[NBIN_ALL];
+
+static void bins_alloc(int from, int to, uint64_t seed)
+{
+    fmt_rng r = {seed};
+    for (int i = from; i < to; i++) {
+        binb[i] = (fmt_blk){malloc(32), 32, fmt_next(&r)};
+        CHECK(binb[i].p, "malloc(32)");
+        fmt_fill(binb[i].p, 0, 32, binb[i].tag);
+    }
+}
+
+static void bins_free(int n)
+{
+    for (int i = 0; i < n; i++) {
+        CHECK_PATTERN(binb[i].p, 0, 32, binb[i].tag, "bins");
+        free(binb[i].p);
+    }
+}
+
+static void *bins_thread(void *arg)
+{
+    (void)arg;
+    pthread_barrier_wait(&bin_step);   /* main reads the statistics first */
+    bins_alloc(0, NBIN, 1);
+    void *first[NBIN];
+    for (int i = 0; i < NBIN; i++)
+        first[i] = binb[i].p;
+    bins_free(NBIN);
+    pthread_barrier_wait(&bin_step);
+    pthread_barrier_wait(&bin_step);
+    bins_alloc(0, NBIN, 2);   /* the same blocks again, from the thread's own bin */
+    for (int i = 0; i < NBIN; i++) {
+        int found = 0;
+        for (int j = 0; j < NBIN && !found; j++)
+            found = binb[i].p == first[j];
+        CHECK(found, "block %d of the second round (%p) is not one the thread freed", i, binb[i].p);
+    }
+    bins_alloc(NBIN, NBIN_ALL, 3);
+    bins_free(NBIN_ALL);
+    pthread_barrier_wait(&bin_step);
+    pthread_barrier_wait(&bin_step);
+    return NULL;
+}
+
+static void case_bins(void)
+{
+    pthread_barrier_init(&bin_step, NULL, 2);
+    pthread_t t = fmt_thread(bins_thread, NULL, 256 * KiB);
+    size_t c0 = json_cached();
+    pthread_barrier_wait(&bin_step);
+    pthread_barrier_wait(&bin_step);
+    size_t c1 = json_cached() - c0;
+    CHECK(c1 >= NBIN * 32, "a thread that freed %d blocks of 32 B caches %zu bytes", NBIN, c1);
+    pthread_barrier_wait(&bin_step);
+    pthread_barrier_wait(&bin_step);
+    size_t c2 = json_cached() - c0;
+    CHECK(c2 >= 512 * 32 && c2 <= 1024 * 32, "after %d frees of 32 B the thread caches %zu bytes, not 16-32 KiB",
+          NBIN_ALL, c2);
+    pthread_barrier_wait(&bin_step);
+    pthread_join(t, NULL);
+    printf("ok  bins: %d blocks of 32 B freed in a row stay in the thread (%zu bytes cached) and come back; after "
+           "%d, %zu bytes (at most 1,024 blocks)\n", NBIN, c1, NBIN_ALL, c2);
+}
+
 int main(int argc, char **argv)
 {
     int a = 1 + fmt_init("owner", argc, argv);
@@ -424,5 +495,7 @@ int main(int argc, char **argv)
         case_uncached();
     if (!only || !strcmp(only, "budget"))
         case_budget();
+    if (!only || !strcmp(only, "bins"))
+        case_bins();
     return 0;
 }

@@ -387,6 +387,7 @@ static void cache_init(struct fm_tcache *tc, uint32_t run) {
   for (unsigned c = 0; c < fm_pool.nclass; c++) {
     tc->base[c + 1] = tc->top[c + 1] = tc->lim[c + 1] = b;
     b += row_len(c, !run);
+    tc->grow[c + 1] = (uint16_t)(2 * fm_pool.cls[c].batch);
   }
   tc->base[fm_pool.nclass + 1] = b;
   static _Atomic uint16_t salt;
@@ -481,6 +482,10 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
     if (tc->base[k1]) {
       uint32_t batch = fm_pool.cls[k].batch;
       if (tc->top[k1] == tc->base[k1]) {
+        if (tc->flushed >> k & 1) {   /* it gave back blocks it now wants: it may hold another batch */
+          tc->flushed &= ~(1ull << k);
+          tc->grow[k1] = (uint16_t)(tc->grow[k1] + batch < row(tc, k1) ? tc->grow[k1] + batch : row(tc, k1));
+        }
         if (room(tc, k1) < batch) bin_grow(tc, k, batch - room(tc, k1));
         uint32_t want = room(tc, k1) < batch ? room(tc, k1) : batch;
         if (want) tc->top[k1] = tc->base[k1] + class_take(k, sh, tc->base[k1], want, k == c);
@@ -541,10 +546,15 @@ static noinline void put_full(struct fm_tcache *tc, void *p, unsigned c, fm_st *
     return;
   }
   if (tc->top[c1] >= tc->lim[c1]) {
-    uint32_t r = room(tc, c1), batch = fm_pool.cls[c].batch, more = r < batch ? batch - r : batch;
-    if (more > row(tc, c1) - r) more = row(tc, c1) - r;   /* a batch at a time, up to the row */
-    if (tc->cap_bytes > budget(tc)) bin_resize(tc, c, r / 2);
-    else if (!more || !bin_grow(tc, c, more)) bin_flush(tc, c, (r + 1) / 2);
+    uint32_t r = room(tc, c1), batch = fm_pool.cls[c].batch, may = tc->grow[c1] > r ? tc->grow[c1] - r : 0;
+    uint32_t more = r < batch ? batch - r : batch;
+    if (more > may) more = may;   /* a batch at a time, up to what the bin may hold now */
+    if (tc->cap_bytes > budget(tc)) {
+      bin_resize(tc, c, r / 2);
+    } else if (!more || !bin_grow(tc, c, more)) {
+      bin_flush(tc, c, (r + 1) / 2);
+      tc->flushed |= 1ull << c;
+    }
     if (tc->top[c1] >= tc->lim[c1]) {
       class_give(c, shard_now(tc), &(struct fm_blk){p, st}, 1);
       return;

@@ -20,8 +20,9 @@
  *              while all were live, then idle: their caches hold 64 KiB each at most (a new
  *              thread's 32 KiB, doubled once by demand), main 2 MiB; after they exit, next to
  *              nothing
- *   bins       a thread frees 600 blocks of 32 B in a row: all stay in its cache (statistics), and
- *              its next 600 mallocs hand out those blocks; after 3,000 it caches 512-1,024 of them
+ *   bins       a thread frees 600 blocks of 32 B in a row once: its cache keeps two batches (64);
+ *              after 40 rounds of allocating and freeing them it keeps all 600 (statistics) and
+ *              its next 600 mallocs hand out those blocks; rounds of 3,000: it keeps 512-1,024
  *
  * Every case checks block contents where it keeps blocks. `--libc` runs the cases glibc also
  * passes (remote, orphans). */
@@ -432,26 +433,36 @@ static void bins_free(int n)
     }
 }
 
+static void bins_rounds(int n, int rounds)
+{
+    for (int k = 0; k < rounds; k++) {
+        bins_alloc(0, n, 10 + k);
+        bins_free(n);
+    }
+}
+
 static void *bins_thread(void *arg)
 {
     (void)arg;
     pthread_barrier_wait(&bin_step);   /* main reads the statistics first */
-    bins_alloc(0, NBIN, 1);
-    void *first[NBIN];
+    bins_rounds(NBIN, 1);              /* one run of frees: the bin keeps two batches */
+    pthread_barrier_wait(&bin_step);
+    pthread_barrier_wait(&bin_step);
+    bins_rounds(NBIN, 40);             /* the same blocks taken back again and again: it grows */
+    void *last[NBIN];
     for (int i = 0; i < NBIN; i++)
-        first[i] = binb[i].p;
-    bins_free(NBIN);
+        last[i] = binb[i].p;
     pthread_barrier_wait(&bin_step);
     pthread_barrier_wait(&bin_step);
-    bins_alloc(0, NBIN, 2);   /* the same blocks again, from the thread's own bin */
+    bins_alloc(0, NBIN, 2);            /* the same blocks again, from the thread's own bin */
     for (int i = 0; i < NBIN; i++) {
         int found = 0;
         for (int j = 0; j < NBIN && !found; j++)
-            found = binb[i].p == first[j];
-        CHECK(found, "block %d of the second round (%p) is not one the thread freed", i, binb[i].p);
+            found = binb[i].p == last[j];
+        CHECK(found, "block %d of the next round (%p) is not one the thread freed", i, binb[i].p);
     }
-    bins_alloc(NBIN, NBIN_ALL, 3);
-    bins_free(NBIN_ALL);
+    bins_free(NBIN);
+    bins_rounds(NBIN_ALL, 40);
     pthread_barrier_wait(&bin_step);
     pthread_barrier_wait(&bin_step);
     return NULL;
@@ -464,17 +475,23 @@ static void case_bins(void)
     size_t c0 = json_cached();
     pthread_barrier_wait(&bin_step);
     pthread_barrier_wait(&bin_step);
-    size_t c1 = json_cached() - c0;
-    CHECK(c1 >= NBIN * 32, "a thread that freed %d blocks of 32 B caches %zu bytes", NBIN, c1);
+    size_t once = json_cached() - c0;
+    CHECK(once <= 64 * 32, "after one run of %d frees of 32 B the thread caches %zu bytes, more than two batches",
+          NBIN, once);
     pthread_barrier_wait(&bin_step);
     pthread_barrier_wait(&bin_step);
-    size_t c2 = json_cached() - c0;
-    CHECK(c2 >= 512 * 32 && c2 <= 1024 * 32, "after %d frees of 32 B the thread caches %zu bytes, not 16-32 KiB",
-          NBIN_ALL, c2);
+    size_t grown = json_cached() - c0;
+    CHECK(grown >= NBIN * 32, "after 40 rounds of %d mallocs and frees of 32 B the thread caches %zu bytes", NBIN,
+          grown);
+    pthread_barrier_wait(&bin_step);
+    pthread_barrier_wait(&bin_step);
+    size_t most = json_cached() - c0;
+    CHECK(most >= 512 * 32 && most <= 1024 * 32, "after rounds of %d the thread caches %zu bytes, not 16-32 KiB",
+          NBIN_ALL, most);
     pthread_barrier_wait(&bin_step);
     pthread_join(t, NULL);
-    printf("ok  bins: %d blocks of 32 B freed in a row stay in the thread (%zu bytes cached) and come back; after "
-           "%d, %zu bytes (at most 1,024 blocks)\n", NBIN, c1, NBIN_ALL, c2);
+    printf("ok  bins: one run of %d frees of 32 B leaves %zu bytes cached; 40 rounds, %zu (all, and they come "
+           "back); rounds of %d, %zu (1,024 blocks at most)\n", NBIN, once, grown, NBIN_ALL, most);
 }
 
 int main(int argc, char **argv)

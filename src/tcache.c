@@ -248,9 +248,14 @@ static void remote_collect(struct fm_tag *t, struct fm_tcache *to, uint32_t most
   if (n < most) stack_take(t, to, most - n);
 }
 
+/* Whether blocks of tag t wait on its remote stack: its inbox overflowed, its holder is behind
+ * (each block there costs the holder a miss to take, and while they wait every send finds the
+ * inbox full again). */
+static bool remote_behind(const struct fm_tag *t) { return pending(t) || atomic_load_explicit(&t->remote, memory_order_relaxed); }
+
 /* Whether tag t has blocks waiting (a slot reserved and not yet written counts). */
 static bool remote_waiting(const struct fm_tag *t) {
-  return pending(t) || atomic_load_explicit(&t->remote, memory_order_relaxed) ||
+  return remote_behind(t) ||
          atomic_load_explicit(&t->tail, memory_order_relaxed) != atomic_load_explicit(&t->head, memory_order_relaxed);
 }
 
@@ -473,7 +478,7 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
   unsigned last = c + (borrow ? FM_BORROW_STEPS : 0);
   if (last >= fm_pool.nclass) last = fm_pool.nclass - 1;
   outbox_flush(tc);
-  if (tc->t) remote_collect(tc->t, tc, FM_COLLECT);
+  if (tc->t) remote_collect(tc->t, tc, remote_behind(tc->t) ? FM_COLLECT_BEHIND : FM_COLLECT);
   else if (tc->run && tag_free()) tag_take(tc);   /* (a thread's cache: not the empty one, nor check.c's native one) */
   unsigned sh = shard_now(tc);
   for (unsigned k = c; k <= last; k++) {

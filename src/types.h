@@ -68,7 +68,9 @@
  * holder takes them home without reading or looking up the blocks (a list linked through them
  * costs a cache miss per block, each waiting for the last); only when the ring is full do they
  * wait on a stack linked through the blocks. The
- * holder takes up to FM_COLLECT blocks home at each refill, and a block whose state is no
+ * holder takes up to FM_COLLECT blocks home at each refill (FM_COLLECT_BEHIND while blocks wait on
+ * the stack: a holder that fell behind catches up, rather than take each block from the stack,
+ * a miss each, while senders find the inbox full again), and a block whose state is no
  * longer REMOTE there was freed twice (two threads at once: the owner's plain store overwrote
  * the exchange) and stops the program before the block is handed out again.
  * A tag no thread holds (its thread exited) is drained by whoever sends to it. Blocks that
@@ -154,7 +156,8 @@
 #define FM_TC_MAX (2u << 20)         /* ... and never more than this */
 #define FM_TC_START (32u << 10)      /* a new thread's budget, which doubles by demand up to its share */
 #define FM_TC_EARN 256u              /* ... each time its bins could not grow this many times */
-#define FM_COLLECT 64u               /* remotely freed blocks one refill takes home at most */
+#define FM_COLLECT 64u               /* remotely freed blocks one refill takes home at most, */
+#define FM_COLLECT_BEHIND 1024u      /* ... or this many while some wait on the remote stack */
 #define FM_OUTBOX 32u                /* another thread's blocks a thread gathers before one send */
 #define FM_AHEAD 8u                  /* a drain fetches the lines of the block this many on */
 #define FM_INBOX_MAX 8192u           /* blocks other threads freed that wait in a tag's inbox, at most */

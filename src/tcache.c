@@ -78,8 +78,28 @@ static fm_st tag_value(const struct fm_tag *t) { return (fm_st)(ST_OWNED + (t - 
 
 static uint32_t cached(const struct fm_tcache *tc, unsigned c1) { return (uint32_t)(tc->top[c1] - tc->base[c1]); }
 static uint32_t room(const struct fm_tcache *tc, unsigned c1) { return (uint32_t)(tc->lim[c1] - tc->base[c1]); }
-/* The most a bin's room may be: its row, up to the next one's. */
-static uint32_t row(const struct fm_tcache *tc, unsigned c1) { return (uint32_t)(tc->base[c1 + 1] - tc->base[c1]); }
+/* The most bin c's room may reach: its class's bin_max, or in a cache without long rows (check.c's
+ * native one) its packed row. */
+static uint32_t bin_most(const struct fm_tcache *tc, unsigned c) {
+  uint32_t n = fm_pool.cls[c].bin_max;
+  return tc->wide || n < FM_ROW ? n : FM_ROW;
+}
+
+/* Moves bin c from its packed row to its long one: a bin starts packed with the others, so a
+ * thread that caches a little of many classes touches a few pages, and takes its long row, in
+ * pages of its own, once it may hold more. */
+static void bin_widen(struct fm_tcache *tc, unsigned c) {
+  unsigned c1 = c + 1;
+  struct fm_blk *to = tc->wide;
+  for (unsigned k = 0; k < c; k++)
+    if (fm_pool.cls[k].bin_max > FM_ROW) to += fm_pool.cls[k].bin_max;
+  uint32_t n = cached(tc, c1), r = room(tc, c1);
+  memcpy(to, tc->base[c1], n * sizeof *to);
+  tc->base[c1] = to;
+  tc->top[c1] = to + n;
+  tc->lim[c1] = to + r;
+  tc->row[c1] = (uint16_t)fm_pool.cls[c].bin_max;
+}
 
 /* The shard a refill or flush uses now: one of the two (by salt) of the CPU the thread runs on
  * (check.c's native calls must not read the thread's storage, where glibc keeps the CPU). While
@@ -131,6 +151,7 @@ static void bin_flush(struct fm_tcache *tc, unsigned c, uint32_t n) {
 static void bin_resize(struct fm_tcache *tc, unsigned c, uint32_t n) {
   unsigned c1 = c + 1;
   if (cached(tc, c1) > n) bin_flush(tc, c, cached(tc, c1) - n);
+  if (n > tc->row[c1]) bin_widen(tc, c);   /* (n is at most bin_most) */
   tc->cap_bytes -= (uint64_t)room(tc, c1) * fm_pool.cls[c].size;
   tc->cap_bytes += (uint64_t)n * fm_pool.cls[c].size;
   tc->lim[c1] = tc->base[c1] + n;
@@ -366,17 +387,13 @@ static void tag_drop(struct fm_tcache *tc) {
   __atomic_fetch_sub(&tags_held, 1, __ATOMIC_RELAXED);
 }
 
-/* The row of class c in a cache: its bin_max blocks, or in the native cache at most
- * FM_NATIVE_BIN (static memory for every possible class). */
-static uint32_t row_len(unsigned c, bool native) {
-  uint32_t n = fm_pool.cls[c].bin_max;
-  return native && n > FM_NATIVE_BIN ? FM_NATIVE_BIN : n;
-}
+/* Bytes of a cache's rows before the long ones; and chunks of a cache's run. */
+static size_t packed_bytes(void) { return offsetof(struct fm_tcache, b) + (size_t)fm_pool.nclass * FM_ROW * sizeof *fm_tc_empty.b; }
 
-/* Chunks of a cache's run. */
 static uint32_t cache_chunks(void) {
-  size_t bytes = offsetof(struct fm_tcache, b);
-  for (unsigned c = 0; c < fm_pool.nclass; c++) bytes += row_len(c, false) * sizeof *fm_tc_empty.b;
+  size_t bytes = packed_bytes();
+  for (unsigned c = 0; c < fm_pool.nclass; c++)
+    if (fm_pool.cls[c].bin_max > FM_ROW) bytes += fm_pool.cls[c].bin_max * sizeof *fm_tc_empty.b;
   return (uint32_t)((bytes + FM_CHUNK - 1) >> FM_CHUNK_SHIFT);
 }
 
@@ -388,13 +405,12 @@ static void cache_init(struct fm_tcache *tc, uint32_t run) {
   tc->earned = FM_TC_START;
   tc->tag = ST_LIVE;
   tc->own = ST_NONE;
-  struct fm_blk *b = tc->b;
+  tc->wide = run ? (struct fm_blk *)((char *)tc + packed_bytes()) : NULL;
   for (unsigned c = 0; c < fm_pool.nclass; c++) {
-    tc->base[c + 1] = tc->top[c + 1] = tc->lim[c + 1] = b;
-    b += row_len(c, !run);
+    tc->base[c + 1] = tc->top[c + 1] = tc->lim[c + 1] = tc->b + (size_t)c * FM_ROW;
+    tc->row[c + 1] = FM_ROW;
     tc->grow[c + 1] = (uint16_t)(2 * fm_pool.cls[c].batch);
   }
-  tc->base[fm_pool.nclass + 1] = b;
   static _Atomic uint16_t salt;
   tc->salt = atomic_fetch_add_explicit(&salt, 1, memory_order_relaxed);
   fm_lock(&caches_lock);
@@ -489,7 +505,8 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
       if (tc->top[k1] == tc->base[k1]) {
         if (tc->flushed >> k & 1) {   /* it gave back blocks it now wants: it may hold another batch */
           tc->flushed &= ~(1ull << k);
-          tc->grow[k1] = (uint16_t)(tc->grow[k1] + batch < row(tc, k1) ? tc->grow[k1] + batch : row(tc, k1));
+          uint32_t most = bin_most(tc, k);
+          tc->grow[k1] = (uint16_t)(tc->grow[k1] + batch < most ? tc->grow[k1] + batch : most);
         }
         if (room(tc, k1) < batch) bin_grow(tc, k, batch - room(tc, k1));
         uint32_t want = room(tc, k1) < batch ? room(tc, k1) : batch;
@@ -530,7 +547,7 @@ static struct fm_tcache *tc_native = &fm_tc_empty;
  * that no block covers), its rows for every possible class. */
 static union {
   struct fm_tcache tc;
-  char bytes[offsetof(struct fm_tcache, b) + FM_CLASS_MAX * FM_NATIVE_BIN * sizeof *fm_tc_empty.b];
+  char bytes[offsetof(struct fm_tcache, b) + FM_CLASS_MAX * FM_ROW * sizeof *fm_tc_empty.b];
 } native_cache;
 
 void tcache_native_setup(void) {
@@ -684,9 +701,9 @@ int tcache_check(void) {
     uint64_t bytes = 0;
     for (unsigned c = 0; c < fm_pool.nclass; c++) {
       unsigned c1 = c + 1;
-      if (tc->top[c1] < tc->base[c1] || tc->top[c1] > tc->lim[c1] || room(tc, c1) > row(tc, c1)) faults++;
+      if (tc->top[c1] < tc->base[c1] || tc->top[c1] > tc->lim[c1] || room(tc, c1) > tc->row[c1]) faults++;
       bytes += (uint64_t)room(tc, c1) * fm_pool.cls[c].size;
-      for (uint32_t j = 0; j < cached(tc, c1) && j < row(tc, c1); j++) {
+      for (uint32_t j = 0; j < cached(tc, c1) && j < tc->row[c1]; j++) {
         fm_st *st;
         if (class_find(tc->base[c1][j].p, &st) != (int)c || !st_cached(st_load(st)) || st != tc->base[c1][j].st) faults++;
       }

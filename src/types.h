@@ -83,16 +83,19 @@
  * low, and the owner of a block, not of a span, is what makes a racing double free harmless.
  * Blocks in spans change state only under their shard's lock.
  *
- * THREAD CACHE (tcache.c, fast paths in fast.h). Every thread gets one, a run of the heap
- * taken at its first call (only the rows of the classes it uses are touched), linked in a list
- * the statistics read. Per class, an array of free blocks. malloc pops and writes its tag's LIVE;
+ * THREAD CACHE (tcache.c, fast paths in fast.h). Every thread gets one, a run of the heap taken
+ * at its first call (only the rows of the classes it uses are touched), linked in a list the
+ * statistics read. Per class, an array of free blocks. malloc pops and writes its tag's LIVE;
  * free checks the block's state is its own LIVE, writes CACHED and pushes. A bin's room grows
- * by demand, a batch at a time, to two batches, and past that up to its row (FM_BIN_BYTES of
- * blocks, at most FM_BIN_MAX) by a batch each time it must take blocks from the class after it
- * gave some back: a program that frees a few hundred small blocks in a row and allocates them
- * again soon keeps them in the thread, one that frees them for good leaves them to the class,
- * whose fullest-span-first refills keep the heap dense (sqlite's peak: 177 MB, 194 MB when
- * every bin grew on its frees). All this within the thread's budget on cached bytes: a new
+ * by demand, a batch at a time, to two batches, and past that up to its class's bin_max
+ * (FM_BIN_BYTES of blocks, at most FM_BIN_MAX) by a batch each time it must take blocks from
+ * the class after it gave some back. A bin starts in a packed row of FM_ROW beside the other
+ * classes' (a thread that caches a little of many classes touches a few pages: 1,000 idle
+ * threads 102.7 MB, 128.8 MB with every row at full length) and moves to a long row of its own
+ * when it grows past it. A program that frees a few hundred small blocks in a row and allocates
+ * them again soon keeps them in the thread, one that frees them for good leaves them to the
+ * class, whose fullest-span-first refills keep the heap dense (sqlite's peak: 177 MB, 194 MB
+ * when every bin grew on its frees). All this within the thread's budget on cached bytes: a new
  * thread may hold FM_TC_START and earns more, doubling each FM_TC_EARN times its bins could not
  * grow, up to its share of FM_TC_PER_CPU a CPU among the threads holding a cache (at least
  * FM_TC_MIN, at most FM_TC_MAX); so a pool of threads that allocated a little and now wait
@@ -170,7 +173,7 @@
 #define FM_SPAN_BLOCKS 4096u         /* most blocks in one span (the summary is 512 bits) */
 #define FM_POOL_MAX (1ull << 44)
 #define FM_NO_CLASS 0u               /* page map: the chunk is not in a span (fresh meta reads 0) */
-#define FM_NATIVE_BIN (2 * FM_BATCH_MAX)   /* check.c's native cache (static): bins of at most this */
+#define FM_ROW (2 * FM_BATCH_MAX)    /* a bin's first row, packed with the other classes' */
 #define FM_XFER (32u * FM_BATCH_MAX) /* blocks a shard keeps as they came (transfer cache), */
 #define FM_XFER_BYTES (128u << 10)   /* ... at most this many bytes of them, but at least one batch */
 
@@ -261,9 +264,12 @@ struct fm_tcache {
   struct fm_blk out[FM_OUTBOX];
   struct fm_blk *top[FM_BINS];
   struct fm_blk *lim[FM_BINS];
-  struct fm_blk *base[FM_BINS + 1];   /* base[c1 + 1]: the end of row c1 */
-  uint16_t grow[FM_BINS];             /* the room bin c1 may grow to now (up to its row) */
-  cacheline_aligned struct fm_blk b[];   /* rows 1..nclass, of their classes' bin_max */
+  struct fm_blk *base[FM_BINS];
+  uint16_t row[FM_BINS];              /* the length of the row bin c1 is in now */
+  uint16_t grow[FM_BINS];             /* the room bin c1 may grow to now (up to its class's bin_max) */
+  struct fm_blk *wide;                /* the long rows, after the packed ones (NULL: none) */
+  cacheline_aligned struct fm_blk b[];   /* packed rows of FM_ROW, classes 0..nclass-1; then the
+                                            long rows of the classes whose bin_max is more */
 };
 
 /* A shard of a class: its spans with free blocks (by occupancy), its transfer cache's count

@@ -291,7 +291,7 @@ struct fm_shard {
 /* One size class: geometry and its shards. */
 struct fm_class {
   uint32_t size, batch, nblocks, span_chunks;
-  uint32_t bin_max;                   /* blocks a thread's bin holds at most (its row) */
+  uint32_t bin_max;                   /* blocks a thread's bin holds at most (a long row when over FM_ROW) */
   uint32_t xfer_max;                  /* blocks a shard's transfer cache holds */
   uint32_t states;                    /* state bytes of a span: one per multiple of size below its end */
   bool line_states;                   /* the states sit in the chunks' lines (16 or fewer blocks a chunk) */

@@ -39,38 +39,42 @@ __attribute__((destructor)) static void counters_report(void) {
 }
 #endif
 
-/* ---- tags: a lock-free stack of unused ones, then a bump index --------------------------- */
+/* ---- tags: never used ones first, then the unused ones oldest first ---------------------- */
+/* A tag goes back at its thread's exit while the thread's blocks may live on (a successor
+ * thread inherits them: larson's threads, a pool's workers): their states still name it. Taken
+ * again at once by the next new thread, it would send those blocks home to that thread, and
+ * two threads' blocks would mix in spans and state lines. So unused tags wait in a FIFO and the
+ * oldest is taken: by then what the exited thread left has most likely been freed. Taking and
+ * giving back happen at a thread's start and exit only: a lock. */
+static pthread_mutex_t tags_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint16_t tags_fifo[FM_TAGS];   /* unused tags' indexes, [fifo_head, fifo_tail) mod FM_TAGS */
+static uint32_t fifo_head, fifo_tail;
+
 static struct fm_tag *tag_pop(void) {
-  uint64_t h = atomic_load_explicit(&fm_pool.tags_free, memory_order_acquire);
-  while ((uint32_t)h) {
-    struct fm_tag *t = &fm_pool.tags[(uint32_t)h - 1];
-    uint64_t next = __atomic_load_n(&t->next_free, __ATOMIC_RELAXED);
-    uint64_t nh = (uint32_t)next | ((h >> 32) + 1) << 32;
-    fm_count(CNT_RMW);
-    if (atomic_compare_exchange_weak_explicit(&fm_pool.tags_free, &h, nh, memory_order_acquire, memory_order_acquire))
-      return t;
+  struct fm_tag *t = NULL;
+  fm_lock(&tags_lock);
+  uint32_t used = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
+  if (used < FM_TAGS) {
+    t = &fm_pool.tags[used];
+    atomic_store_explicit(&fm_pool.tags_used, used + 1, memory_order_relaxed);
+  } else if (fifo_head != fifo_tail) {
+    t = &fm_pool.tags[tags_fifo[fifo_head++ % FM_TAGS]];
+    atomic_fetch_sub_explicit(&fm_pool.tags_free, 1, memory_order_relaxed);
   }
-  uint32_t i = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
-  do {
-    if (i >= FM_TAGS) return NULL;
-    fm_count(CNT_RMW);
-  } while (!atomic_compare_exchange_weak(&fm_pool.tags_used, &i, i + 1));
-  return &fm_pool.tags[i];
+  fm_unlock(&tags_lock);
+  return t;
 }
 
 static void tag_push(struct fm_tag *t) {
-  uint64_t h = atomic_load_explicit(&fm_pool.tags_free, memory_order_relaxed);
-  do {
-    fm_count(CNT_RMW);
-    __atomic_store_n(&t->next_free, (uint32_t)h, __ATOMIC_RELAXED);
-  } while (!atomic_compare_exchange_weak_explicit(&fm_pool.tags_free, &h,
-                                                  (uint64_t)(t - fm_pool.tags + 1) | ((h >> 32) + 1) << 32,
-                                                  memory_order_release, memory_order_relaxed));
+  fm_lock(&tags_lock);
+  tags_fifo[fifo_tail++ % FM_TAGS] = (uint16_t)(t - fm_pool.tags);
+  atomic_fetch_add_explicit(&fm_pool.tags_free, 1, memory_order_relaxed);
+  fm_unlock(&tags_lock);
 }
 
 /* Whether tag_pop may find one: a relaxed look, for threads that run without one. */
 static bool tag_free(void) {
-  return (uint32_t)atomic_load_explicit(&fm_pool.tags_free, memory_order_relaxed) ||
+  return atomic_load_explicit(&fm_pool.tags_free, memory_order_relaxed) ||
          atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed) < FM_TAGS;
 }
 
@@ -663,8 +667,10 @@ void tcache_after_fork(void) {
     for (uint32_t i = mine->head; i != mine->tail; i++)
       if (!inbox(mine)[i & (fm_pool.inbox_n - 1)].p) inbox(mine)[i & (fm_pool.inbox_n - 1)].p = INBOX_HOLE;
   uint32_t used = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
+  if (fm_lock_held(&tags_lock)) pthread_mutex_init(&tags_lock, NULL);
   atomic_store_explicit(&fm_pool.tags_free, 0, memory_order_relaxed);
-  for (uint32_t i = used; i-- > 0;) {
+  fifo_head = fifo_tail = 0;
+  for (uint32_t i = 0; i < used; i++) {
     struct fm_tag *t = &fm_pool.tags[i];
     if (t == mine) continue;
     atomic_store_explicit(&t->remote, 0, memory_order_relaxed);

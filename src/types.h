@@ -227,7 +227,7 @@ struct fm_slot {
  * other threads free the blocks handed out with it: its inbox, a ring of fm_pool.inbox_n
  * blocks in the meta area (the holder takes them without reading the blocks or looking them up,
  * four to a line), and, when the inbox is full, a stack linked through the blocks (mangled links).
- * FM_TAGS of them, recycled through a lock-free stack. */
+ * FM_TAGS of them, recycled oldest first (tcache.c). */
 struct fm_tag {
   _Atomic uintptr_t remote;   /* blocks freed when the inbox was full (mangled links) */
   _Atomic uint32_t tail;      /* inbox slots reserved by freeing threads */
@@ -235,7 +235,6 @@ struct fm_tag {
   _Atomic uint32_t live;      /* a thread holds the tag; 0: its blocks are anyone's to drain */
   _Atomic uint32_t draining;  /* a thread drains the blocks of a tag no thread holds */
   uintptr_t pending;          /* blocks taken off the stack, not yet home (mangled links) */
-  uint64_t next_free;         /* link on the stack of unused tags */
 } cacheline_aligned;
 
 /* A thread cache: per class (indexed by class + 1, as the page map and the size table name
@@ -372,7 +371,7 @@ struct fm_pool {
   struct fm_slot *inbox;     /* their inboxes, inbox_n slots each */
   uint32_t inbox_n;          /* a power of two: 1/64 of the pool for all, within [FM_OUTBOX, FM_INBOX_MAX] */
   _Atomic uint32_t tags_used;
-  _Atomic uint64_t tags_free;     /* counted stack of unused tags */
+  _Atomic uint32_t tags_free;     /* unused tags waiting in tcache.c's FIFO */
   _Atomic uint32_t caches_live;   /* threads holding a cache: they share tc_total */
   uint64_t tc_total;              /* what all caches may hold: FM_TC_PER_CPU a CPU */
   struct fm_options opt;

@@ -47,8 +47,8 @@ __attribute__((destructor)) static void counters_report(void) {
  * oldest is taken: by then what the exited thread left has most likely been freed. Taking and
  * giving back happen at a thread's start and exit only: a lock. */
 static pthread_mutex_t tags_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint16_t tags_fifo[FM_TAGS];   /* unused tags' indexes, [fifo_head, fifo_tail) mod FM_TAGS */
-static uint32_t fifo_head, fifo_tail;
+static uint16_t tags_fifo[FM_TAGS];   /* unused tags' indexes: fm_pool.tags_free of them from fifo_head, */
+static uint32_t fifo_head;            /* ... wrapping at FM_TAGS */
 
 static struct fm_tag *tag_pop(void) {
   struct fm_tag *t = NULL;
@@ -57,8 +57,9 @@ static struct fm_tag *tag_pop(void) {
   if (used < FM_TAGS) {
     t = &fm_pool.tags[used];
     atomic_store_explicit(&fm_pool.tags_used, used + 1, memory_order_relaxed);
-  } else if (fifo_head != fifo_tail) {
-    t = &fm_pool.tags[tags_fifo[fifo_head++ % FM_TAGS]];
+  } else if (atomic_load_explicit(&fm_pool.tags_free, memory_order_relaxed)) {
+    t = &fm_pool.tags[tags_fifo[fifo_head]];
+    fifo_head = (fifo_head + 1) % FM_TAGS;
     atomic_fetch_sub_explicit(&fm_pool.tags_free, 1, memory_order_relaxed);
   }
   fm_unlock(&tags_lock);
@@ -67,8 +68,9 @@ static struct fm_tag *tag_pop(void) {
 
 static void tag_push(struct fm_tag *t) {
   fm_lock(&tags_lock);
-  tags_fifo[fifo_tail++ % FM_TAGS] = (uint16_t)(t - fm_pool.tags);
-  atomic_fetch_add_explicit(&fm_pool.tags_free, 1, memory_order_relaxed);
+  uint32_t n = atomic_load_explicit(&fm_pool.tags_free, memory_order_relaxed);
+  tags_fifo[(fifo_head + n) % FM_TAGS] = (uint16_t)(t - fm_pool.tags);
+  atomic_store_explicit(&fm_pool.tags_free, n + 1, memory_order_relaxed);
   fm_unlock(&tags_lock);
 }
 
@@ -669,7 +671,7 @@ void tcache_after_fork(void) {
   uint32_t used = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
   if (fm_lock_held(&tags_lock)) pthread_mutex_init(&tags_lock, NULL);
   atomic_store_explicit(&fm_pool.tags_free, 0, memory_order_relaxed);
-  fifo_head = fifo_tail = 0;
+  fifo_head = 0;
   for (uint32_t i = 0; i < used; i++) {
     struct fm_tag *t = &fm_pool.tags[i];
     if (t == mine) continue;

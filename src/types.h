@@ -27,7 +27,9 @@
  * class (or the large area) may hold a reservation that the others cannot take.
  *
  * SPAN (class.c). A span holds n blocks of one class from its first byte (so a block aligned to
- * its size stays aligned); nothing else lives in it. Each class is split into shards, two per
+ * its size stays aligned); nothing else lives in it. Where its blocks would fill whole rounds of
+ * their offsets in cache lines (64 / gcd(size, 64) blocks a round), it holds one fewer, so the
+ * next span starts the round elsewhere in the program's sequence of requests. Each class is split into shards, two per
  * CPU the process may use (sched_getaffinity at start-up, a power of two up to FM_SHARDS_MAX),
  * each with its own lock, its spans with free blocks in occupancy buckets (the fullest span
  * first, so nearly empty spans drain and go back to the pool) and a transfer cache of blocks

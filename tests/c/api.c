@@ -649,6 +649,34 @@ static void test_address_order(void)
     puts("ok  consecutive blocks of one size come in address order");
 }
 
+/* ---- line phase ---- */
+
+/* Blocks of 80 B repeat their offsets in cache lines every 4 blocks. Were a span a whole number
+ * of such periods, a program allocating in a pattern of 4 (a buffer and three nodes, say) would
+ * find each kind of block at one offset in every span: all of them across two lines, or none.
+ * A span holds one block fewer, so the phase moves from span to span: of 6,000 blocks of 72 B in
+ * a row (six spans), the first of each 4 meets all four offsets. */
+static void test_line_phase(void)
+{
+    enum { N = 6000 };
+    static char *v[N];
+    unsigned seen = 0;
+    for (int i = 0; i < N; i++) {
+        v[i] = malloc(72);
+        CHECK(v[i] != NULL, "malloc(72) #%d failed", i);
+        memset(v[i], i & 0xff, 72);
+        if (i % 4 == 0)
+            seen |= 1u << ((uintptr_t)v[i] % 64 / 16);
+    }
+    for (int i = 0; i < N; i++) {
+        CHECK((unsigned char)v[i][71] == (i & 0xff), "block #%d of 72 B was overwritten", i);
+        free(v[i]);
+    }
+    if (cache_path())
+        CHECK(seen == 15, "the first of each 4 blocks of 72 B met line offsets %#x (a bit per 16 B), not all four", seen);
+    puts("ok  blocks of 80 B meet every line offset at the same place in a pattern of 4");
+}
+
 /* ---- free_sized, free_aligned_sized ---- */
 
 static void test_free_sized(void)
@@ -880,6 +908,7 @@ int main(int argc, char **argv)
     fmt_init("api", argc, argv);
     page = (size_t)sysconf(_SC_PAGESIZE);
     run("address order", test_address_order);
+    run("line phase", test_line_phase);
     run("entry points", test_entry_points);
     run("zero sizes", test_zero_sizes);
     run("huge sizes", test_huge);

@@ -8,13 +8,8 @@
  * handler it throws std::bad_alloc through the C++ runtime's own __cxa_throw (this file is
  * built with unwind tables), and if no C++ runtime is loaded it stops the program with one
  * line. The nothrow forms return NULL instead. */
-#include <stdbool.h>
-#include <stdlib.h>
-
-#include "fast.h"
-#include "flatmalloc.h"
+#include "cxx.h"
 #include "os.h"
-#include "vg.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -26,15 +21,8 @@ extern char _ZTISt9bad_alloc[] __attribute__((weak));                           
 extern char _ZTVSt9bad_alloc[] __attribute__((weak));                              /* its vtable */
 extern void _ZNSt9bad_allocD1Ev(void *) __attribute__((weak));                     /* its destructor */
 
-/* ---- allocation -------------------------------------------------------------------------- */
-/* The operators' bodies are macros: in described mode the request is issued from the
- * operator's own code, so the tool's stack reads "operator new(unsigned long)", then the
- * program, with or without debug information. */
-static always_inline void *cxx_plain(size_t n, size_t align) {
-  return align ? flatmalloc_aligned_alloc(align, n) : fm_alloc(n);
-}
-
-static cold noinline void *cxx_fail(size_t n, size_t align, enum check_kind kind, bool nothrow) {
+/* ---- failure ----------------------------------------------------------------------------- */
+void *cxx_fail(size_t n, size_t align, enum check_kind kind, bool nothrow) {
   for (;;) {
     new_handler h = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
     if (!h) break;
@@ -58,40 +46,14 @@ static cold noinline void *cxx_fail(size_t n, size_t align, enum check_kind kind
   abort();
 }
 
-#define NEW_BODY(n, align, kind, nothrow)                                                      \
-  void *p;                                                                                     \
-  if (likely(fm_pool.small_lim)) {                                                             \
-    p = cxx_plain(n, align);                                                                   \
-  } else if (!pool_ready() && !pool_init()) {                                                  \
-    p = boot_alloc(n, align);                                                                  \
-  } else if (!fm_pool.checked) {                                                               \
-    p = cxx_plain(n, align);                                                                   \
-  } else if ((p = vg_new_block(n, align, kind))) {                                             \
-    vg_alloced(p, n, false);                                                                   \
-  }                                                                                            \
-  return likely(p != NULL) ? p : cxx_fail(n, align, kind, nothrow)
-
-/* ---- release ----------------------------------------------------------------------------- */
-#define DELETE_BODY(p, kind)                                                                   \
-  if (unlikely(fm_pool.checked)) {                                                             \
-    long r;                                                                                    \
-    if (!(p) || (r = vg_take_block((p), (int)(kind))) == TAKE_NONE) return;                    \
-    if (r == TAKE_MISMATCH) return vg_tool_release((int)(kind))(p);                            \
-    if (r == TAKE_BAD) { /* the tool reports the bad pointer */                                \
-      vg_freed((p), 0);                                                                        \
-      return;                                                                                  \
-    }                                                                                          \
-    vg_freed((p), (size_t)r);                                                                  \
-    vg_give_block();                                                                           \
-    return;                                                                                    \
-  }                                                                                            \
-  fm_free(p)
-
 /* ---- the operators ----------------------------------------------------------------------- */
-typedef struct { char c; } nothrow_t;   /* const std::nothrow_t &: only its address is passed */
+/* The hot six are malloc's and free's fast paths (delete: and the test for checking mode),
+ * else a tail call to the operator's body in cxx_named.c, which carries its name: they keep no
+ * stack frame (the whole body here cost new 11 instructions a call and delete 7), and a tool's
+ * stack still reads "operator new(unsigned long)", then the program. */
 
-EXPORT void *_Znwm(size_t n) { NEW_BODY(n, 0, KIND_NEW, false); }
-EXPORT void *_Znam(size_t n) { NEW_BODY(n, 0, KIND_NEW_ARRAY, false); }
+EXPORT void *_Znwm(size_t n) { return fm_alloc_or(n, cxx_new); }
+EXPORT void *_Znam(size_t n) { return fm_alloc_or(n, cxx_new_array); }
 EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const nothrow_t *t) { (void)t; NEW_BODY(n, 0, KIND_NEW, true); }
 EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const nothrow_t *t) { (void)t; NEW_BODY(n, 0, KIND_NEW_ARRAY, true); }
 EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t a) { NEW_BODY(n, a, KIND_NEW, false); }
@@ -99,10 +61,10 @@ EXPORT void *_ZnamSt11align_val_t(size_t n, size_t a) { NEW_BODY(n, a, KIND_NEW_
 EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const nothrow_t *t) { (void)t; NEW_BODY(n, a, KIND_NEW, true); }
 EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const nothrow_t *t) { (void)t; NEW_BODY(n, a, KIND_NEW_ARRAY, true); }
 
-EXPORT void _ZdlPv(void *p) { DELETE_BODY(p, KIND_NEW); }
-EXPORT void _ZdaPv(void *p) { DELETE_BODY(p, KIND_NEW_ARRAY); }
-EXPORT void _ZdlPvm(void *p, size_t n) { (void)n; DELETE_BODY(p, KIND_NEW); }
-EXPORT void _ZdaPvm(void *p, size_t n) { (void)n; DELETE_BODY(p, KIND_NEW_ARRAY); }
+EXPORT void _ZdlPv(void *p) { unlikely(fm_pool.checked) ? cxx_delete(p) : fm_free(p); }
+EXPORT void _ZdaPv(void *p) { unlikely(fm_pool.checked) ? cxx_delete_array(p) : fm_free(p); }
+EXPORT void _ZdlPvm(void *p, size_t n) { (void)n, unlikely(fm_pool.checked) ? cxx_delete_sized(p) : fm_free(p); }
+EXPORT void _ZdaPvm(void *p, size_t n) { (void)n, unlikely(fm_pool.checked) ? cxx_delete_array_sized(p) : fm_free(p); }
 EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const nothrow_t *t) { (void)t; DELETE_BODY(p, KIND_NEW); }
 EXPORT void _ZdaPvRKSt9nothrow_t(void *p, const nothrow_t *t) { (void)t; DELETE_BODY(p, KIND_NEW_ARRAY); }
 EXPORT void _ZdlPvSt11align_val_t(void *p, size_t a) { (void)a; DELETE_BODY(p, KIND_NEW); }

@@ -6,14 +6,17 @@
 #define FM_FAST_H
 #include "internal.h"
 
-static always_inline void *fm_alloc(size_t size) {
+/* A block from the thread cache, else slow(size) (a tail call: a constant, the call is direct). */
+static always_inline void *fm_alloc_or(size_t size, void *(*slow)(size_t)) {
   if (likely(size < fm_pool.small_lim)) {
     struct fm_tcache *tc = fm_tc;
     unsigned c1 = fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN];
     if (likely(!fm_bin_empty(tc, c1))) return fm_pop(tc, c1, NULL);
   }
-  return fm_malloc_slow(size);
+  return slow(size);
 }
+
+static always_inline void *fm_alloc(size_t size) { return fm_alloc_or(size, fm_malloc_slow); }
 
 /* ptr must start a block of a span (one multiplication by its class's magic: the high half
  * is the block's number, the low half below the magic iff ptr is a block start; chunks of no

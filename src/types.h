@@ -155,6 +155,7 @@
 #define FM_BOOT_BYTES (256u << 10)   /* bootstrap buffer for calls made before the pool exists */
 #define FM_RETAIN_DEFAULT (64ull << 20)
 #define FM_TAGS 250u                 /* threads whose blocks carry their own LIVE value at once */
+#define FM_TAG_WAIT 8u               /* unused tags that wait before the oldest is taken again (tcache.c) */
 #define FM_SHARDS_MAX 64u            /* shards per class: two per CPU the process may use, up to this */
 #define FM_TC_PER_CPU (8u << 20)     /* bytes all thread caches may hold, per CPU, shared by threads, */
 #define FM_TC_MIN (1u << 20)         /* ... but a thread's share is at least this */
@@ -229,7 +230,7 @@ struct fm_slot {
  * other threads free the blocks handed out with it: its inbox, a ring of fm_pool.inbox_n
  * blocks in the meta area (the holder takes them without reading the blocks or looking them up,
  * four to a line), and, when the inbox is full, a stack linked through the blocks (mangled links).
- * FM_TAGS of them, recycled oldest first (tcache.c). */
+ * FM_TAGS of them, recycled oldest first once FM_TAG_WAIT wait (tcache.c). */
 struct fm_tag {
   _Atomic uintptr_t remote;   /* blocks freed when the inbox was full (mangled links) */
   _Atomic uint32_t tail;      /* inbox slots reserved by freeing threads */

@@ -122,12 +122,7 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
       if (!best || m * size * best > n * size * s) best = s, n = m;   /* higher use of the span */
     }
     span = best;
-    /* The blocks' offsets in their cache lines repeat every 64 / gcd(size, 64) blocks: a span
-     * of a whole number of such periods starts each period at the same place in the program's
-     * sequence of requests as the span before it, so a program that allocates in a pattern
-     * (a node and every third one a buffer) finds each kind of block at the same offsets in
-     * every span, all straddling lines or none. One block fewer moves that phase from span to
-     * span: every program sees the average. */
+    /* not a whole number of rounds of line offsets (SPAN in types.h) */
     if (size % 64 && n * size % 64 == 0) n--;
     k->size = size;
     k->batch = batch;

@@ -634,6 +634,24 @@ static void test_calloc_reused_spans(void)
 
 /* ---- address order ---- */
 
+/* n blocks of size in a row into v, each filled with its index's low byte; then checked, freed. */
+static void run_of(char **v, int n, size_t size)
+{
+    for (int i = 0; i < n; i++) {
+        v[i] = malloc(size);
+        CHECK(v[i] != NULL, "malloc(%zu) #%d failed", size, i);
+        memset(v[i], i & 0xff, size);
+    }
+}
+
+static void run_free(char **v, int n, size_t size)
+{
+    for (int i = 0; i < n; i++) {
+        CHECK((unsigned char)v[i][size - 1] == (i & 0xff), "block #%d of %zu B was overwritten", i, size);
+        free(v[i]);
+    }
+}
+
 /* A run of mallocs of one size hands blocks out in address order (a program that fills them in
  * turn walks memory forwards): in a fresh process, all but the steps from one span to the next.
  * Runs first, while the class has no freed blocks. */
@@ -642,16 +660,10 @@ static void test_address_order(void)
     enum { N = 4000 };
     static char *v[N];
     int up = 0;
-    for (int i = 0; i < N; i++) {
-        v[i] = malloc(150);
-        CHECK(v[i] != NULL, "malloc(150) #%d failed", i);
-        memset(v[i], i & 0xff, 150);
-        up += i && v[i] > v[i - 1];
-    }
-    for (int i = 0; i < N; i++) {
-        CHECK((unsigned char)v[i][149] == (i & 0xff), "block #%d of 150 B was overwritten", i);
-        free(v[i]);
-    }
+    run_of(v, N, 150);
+    for (int i = 1; i < N; i++)
+        up += v[i] > v[i - 1];
+    run_free(v, N, 150);
     if (cache_path())
         CHECK(up >= N - 1 - N / 100, "%d of %d consecutive blocks of 150 B came at a higher address", up, N - 1);
     puts("ok  consecutive blocks of one size come in address order");
@@ -669,17 +681,10 @@ static void test_line_phase(void)
     enum { N = 6000 };
     static char *v[N];
     unsigned seen = 0;
-    for (int i = 0; i < N; i++) {
-        v[i] = malloc(72);
-        CHECK(v[i] != NULL, "malloc(72) #%d failed", i);
-        memset(v[i], i & 0xff, 72);
-        if (i % 4 == 0)
-            seen |= 1u << ((uintptr_t)v[i] % 64 / 16);
-    }
-    for (int i = 0; i < N; i++) {
-        CHECK((unsigned char)v[i][71] == (i & 0xff), "block #%d of 72 B was overwritten", i);
-        free(v[i]);
-    }
+    run_of(v, N, 72);
+    for (int i = 0; i < N; i += 4)
+        seen |= 1u << ((uintptr_t)v[i] % 64 / 16);
+    run_free(v, N, 72);
     if (cache_path())
         CHECK(seen == 15, "the first of each 4 blocks of 72 B met line offsets %#x (a bit per 16 B), not all four", seen);
     puts("ok  blocks of 80 B meet every line offset at the same place in a pattern of 4");

@@ -27,18 +27,19 @@
  * class (or the large area) may hold a reservation that the others cannot take.
  *
  * SPAN (class.c). A span holds n blocks of one class from its first byte (so a block aligned to
- * its size stays aligned); nothing else lives in it. Where its blocks would fill whole rounds of
- * their offsets in cache lines (64 / gcd(size, 64) blocks a round), it holds one fewer, so the
- * next span starts the round elsewhere in the program's sequence of requests (a program that
- * allocates in a pattern meets each kind of block at every offset, not at one in every span).
- * Each class is split into shards, two per CPU the process may use (sched_getaffinity at
+ * its size stays aligned); nothing else lives in it. Where its blocks would fill whole rounds
+ * of their offsets in cache lines (64 / gcd(size, 64) blocks a round), it holds one fewer, so
+ * the next span starts the round elsewhere in the program's sequence of requests (a program
+ * that allocates in a pattern meets each kind of block at every offset, not at one in every
+ * span). Each class is split into shards, two per CPU the process may use (sched_getaffinity at
  * start-up, a power of two up to FM_SHARDS_MAX), each with its own lock, its spans with free
  * blocks in occupancy buckets (the fullest span first, so nearly empty spans drain and go back
- * to the pool) and a transfer cache of blocks given back as they came. A refill or flush uses one of the two shards of the CPU the thread
- * runs on now (sched_getcpu, read from the rseq area), the other one when the first's lock is
- * held: threads on different CPUs share no lock, and a lock holder preempted on a 2-core
- * machine with 4,000 threads stops no one. A flush that does not fit the transfer cache goes to
- * the shard of each block's span. A span whose blocks are all free returns to the heap.
+ * to the pool) and a transfer cache of blocks given back as they came. A refill or flush uses
+ * one of the two shards of the CPU the thread runs on now (sched_getcpu, read from the rseq
+ * area), the other one when the first's lock is held: threads on different CPUs share no lock,
+ * and a lock holder preempted on a 2-core machine with 4,000 threads stops no one. A flush that
+ * does not fit the transfer cache goes to the shard of each block's span. A span whose blocks
+ * are all free returns to the heap.
  *
  * BLOCK STATE. Every block has a state byte out of the heap (so no overflow from a block
  * reaches it), found from the chunk's line: block q's is at line.st + q. free() finds q by one

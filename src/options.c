@@ -277,11 +277,13 @@ void options_fail(const char *name, const char *value, const char *why) {
   _exit(1);
 }
 
-/* Four classes per doubling from 128 B (16-byte steps below), up to 64 KiB; no reservations. */
+/* Four classes per doubling from 128 B (16-byte steps below), up to 64 KiB, but eight from 4 to
+ * 16 KiB, where buffers of any length are common and a quarter rounds a block up by 1-4 KiB (git's
+ * delta search: bench/README.md); no reservations. */
 static const char default_classes[] =
     "16,32,48,64,80,96,112,128,160,192,224,256,320,384,448,512,640,768,896,1024,1280,1536,1792,2048,"
-    "2560,3072,3584,4096,5120,6144,7168,8192,10240,12288,14336,16384,20480,24576,28672,32768,"
-    "40960,49152,57344,65536";
+    "2560,3072,3584,4096,4608,5120,5632,6144,6656,7168,7680,8192,9216,10240,11264,12288,13312,"
+    "14336,15360,16384,20480,24576,28672,32768,40960,49152,57344,65536";
 
 /* The value of a setting in the environment, for a message about it ("" when unset). */
 static const char *options_value(const char *name) {

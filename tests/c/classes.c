@@ -15,14 +15,16 @@
 static size_t classes[MAX_CLASSES];
 static int nclasses;
 
-/* 16..128 in steps of 16, then four classes per doubling up to 64 KiB. */
+/* 16..128 in steps of 16, then four classes per doubling up to 64 KiB, eight from 4 to 16 KiB. */
 static void default_classes(void)
 {
     for (size_t s = 16; s <= 128; s += 16)
         classes[nclasses++] = s;
-    for (size_t base = 128; base < 65536; base *= 2)
-        for (int k = 1; k <= 4; k++)
-            classes[nclasses++] = base + k * (base / 4);
+    for (size_t base = 128; base < 65536; base *= 2) {
+        int steps = base >= 4096 && base < 16384 ? 8 : 4;
+        for (int k = 1; k <= steps; k++)
+            classes[nclasses++] = base + k * (base / steps);
+    }
 }
 
 static void parse_classes(const char *list)
@@ -85,7 +87,7 @@ int main(int argc, char **argv)
         how = argv[2];
     } else {
         default_classes();
-        CHECK(nclasses == 8 + 4 * 9 && classes[nclasses - 1] == 65536, "default class list miscomputed");
+        CHECK(nclasses == 8 + 4 * 9 + 2 * 4 && classes[nclasses - 1] == 65536, "default class list miscomputed");
     }
     const char *env = getenv("FLATMALLOC_CLASSES");
     printf("classes: %d classes expected (%s), FLATMALLOC_CLASSES=%s\n", nclasses, how, env ? env : "(unset)");

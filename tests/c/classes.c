@@ -87,7 +87,7 @@ int main(int argc, char **argv)
         how = argv[2];
     } else {
         default_classes();
-        CHECK(nclasses == 8 + 4 * 9 + 2 * 4 && classes[nclasses - 1] == 65536, "default class list miscomputed");
+        CHECK(nclasses == 8 + 4 * 7 + 8 * 2 && classes[nclasses - 1] == 65536, "default class list miscomputed");
     }
     const char *env = getenv("FLATMALLOC_CLASSES");
     printf("classes: %d classes expected (%s), FLATMALLOC_CLASSES=%s\n", nclasses, how, env ? env : "(unset)");

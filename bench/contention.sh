@@ -11,7 +11,11 @@
 #
 # Medians go to stdout as a table; raw.csv to bench/results/contention-<date>/. Each run has a
 # 40 s limit (a run past it counts as failed and is shown as "-"). --ops is per thread up to 256
-# threads, shared out past that (bench/scale.c).
+# threads, shared out past that (bench/scale.c). Before and after each run, `scale xcpu` measures
+# how long a cache line takes to go between two CPUs and back (xcpu_ns and xcpu_after_ns in
+# raw.csv): this host has two speeds, about 100 and 400 ns, that change within seconds, and the
+# exchanged rows follow them; a second table gives the medians of the runs at each speed (fast:
+# both under 250 ns; slow: both over; a run with one of each is in neither).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../scripts/lib.sh
@@ -45,7 +49,7 @@ allocs=("${all_allocs[@]}")
 
 out=$fm_top/bench/results/contention-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
-echo "rep,threads,mode,allocator,mops,rss_kb,hwm_kb" >"$out/raw.csv"
+echo "rep,threads,mode,allocator,mops,rss_kb,hwm_kb,xcpu_ns,xcpu_after_ns" >"$out/raw.csv"
 { uptime; nproc; } >"$out/machine.txt"
 echo "contention: load $(cut -d' ' -f1-3 /proc/loadavg), results in $out" >&2
 
@@ -53,11 +57,13 @@ for r in $(seq 1 "$reps"); do
   for t in $threads; do
     for mode in own xchg; do
       for a in "${allocs[@]}"; do
+        xcpu=$("$fm_build/bench/scale" xcpu | sed -n 's/^xcpu,round_trip_ns,//p')
         res=$(env ${LIB[$a]:+LD_PRELOAD=${LIB[$a]}} timeout 40 "$fm_build/bench/scale" "$mode" --threads "$t" --ops "$ops" 2>/dev/null) || res=''
         mops=$(sed -n "s/^$mode,t${t}_mops_per_s,//p" <<<"$res")
         rss=$(sed -n "s/^$mode,t${t}_rss_kb,//p" <<<"$res")
         hwm=$(sed -n "s/^$mode,t${t}_hwm_kb,//p" <<<"$res")
-        echo "$r,$t,$mode,$a,${mops:-},${rss:-},${hwm:-}" >>"$out/raw.csv"
+        after=$("$fm_build/bench/scale" xcpu | sed -n 's/^xcpu,round_trip_ns,//p')
+        echo "$r,$t,$mode,$a,${mops:-},${rss:-},${hwm:-},${xcpu:-},${after:-}" >>"$out/raw.csv"
       done
     done
   done
@@ -92,6 +98,25 @@ for t, m in keys:
     ratio = "%.2f" % (ms["flatmalloc"] / max(peers)) if peers and ms.get("flatmalloc") else "-"
     low = "%.2f" % (min(fl) / statistics.median(fl)) if fl else "-"
     print("| %d | %s | " % (t, m) + " | ".join("%.1f" % ms[a] if ms[a] else "-" for a in allocs) + " | %s | %s |" % (ratio, low))
+print()
+FAST = 250   # ns: the host's fast speed is about 100, its slow one about 400 (scale xcpu)
+def speed_med(t, m, a, fast):
+    v = [float(r["mops"]) for r in rows if int(r["threads"]) == t and r["mode"] == m and r["allocator"] == a and r["mops"]
+         and r["xcpu_ns"] and r["xcpu_after_ns"] and (float(r["xcpu_ns"]) < FAST) == fast and (float(r["xcpu_after_ns"]) < FAST) == fast]
+    return (statistics.median(v), len(v)) if v else (None, 0)
+print("The same runs by the host's speed before and after each (scale xcpu under %d ns: fast), Mops/s, median (runs)" % FAST)
+print("| threads | mode | speed | " + " | ".join(allocs) + " | flat / best peer |")
+print("|---|---|---|" + "---|" * len(allocs) + "---|")
+for t, m in keys:
+    for fast in (True, False):
+        ms = {a: speed_med(t, m, a, fast) for a in allocs}
+        if not any(n for _, n in ms.values()):
+            continue
+        peers = [v for a, (v, _) in ms.items() if a != "flatmalloc" and v]
+        f = ms.get("flatmalloc", (None, 0))[0]
+        ratio = "%.2f" % (f / max(peers)) if peers and f else "-"
+        print("| %d | %s | %s | " % (t, m, "fast" if fast else "slow") +
+              " | ".join("%.1f (%d)" % (v, n) if v else "-" for v, n in ms.values()) + " | %s |" % ratio)
 print()
 print("Peak RSS (VmHWM) / RSS after the threads exited, MiB, medians; flatmalloc's peak over glibc's")
 print("| threads | mode | " + " | ".join(allocs) + " | flat / glibc peak |")

@@ -54,6 +54,11 @@
  *              condition variable; when all 1,000 wait the main thread reads VmRSS, then lets
  *              them exit, joins them and reads VmRSS again. Default stacks.
  *              idle,rss_start_kb / rss_idle_kb / rss_after_exit_kb / create_s.
+ *   xcpu       not the allocator: the host. Two threads on the first two CPUs the process may
+ *              use pass one cache line back and forth 20,000 times (--ops): the mean round trip,
+ *              xcpu,round_trip_ns (0 with one CPU). This 2-core VM has two speeds, about 100
+ *              and 400 ns, that change within seconds and decide how fast blocks cross threads
+ *              (bench/contention.sh records one before each run).
  *
  * Options: --quick (smaller counts), --threads T, --ops N, --rounds N, --size B, --order O,
  *          --cold (bigheap), --seed S. Every block's first and last 8 bytes carry a tag that is checked before the
@@ -770,6 +775,58 @@ void scale_map(long entries, unsigned long long seed)
 
 static void mode_map(void) { scale_map(pick(opt_ops, 1000000, 500000), seed); }
 
+/* ---------- xcpu ---------- */
+
+static _Atomic long xcpu_ball __attribute__((aligned(64)));
+static long xcpu_n;
+
+static int xcpu_pin(int cpu)
+{
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+static void *xcpu_run(void *arg)
+{
+  if (xcpu_pin((int)(intptr_t)arg))
+    die("pthread_setaffinity_np");
+  for (long i = 0; i < xcpu_n; i++) {
+    while (atomic_load_explicit(&xcpu_ball, memory_order_acquire) != 2 * i + 1) {}
+    atomic_store_explicit(&xcpu_ball, 2 * i + 2, memory_order_release);
+  }
+  return NULL;
+}
+
+static void mode_xcpu(void)
+{
+  cpu_set_t set;
+  int cpu[2], n = 0;
+  if (sched_getaffinity(0, sizeof set, &set))
+    die("sched_getaffinity");
+  for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
+    if (CPU_ISSET(c, &set))
+      cpu[n++] = c;
+  if (n < 2) {
+    printf("xcpu,round_trip_ns,0\n");
+    return;
+  }
+  xcpu_n = pick(opt_ops, 20000, 2000);
+  pthread_t th;
+  start_thread(&th, xcpu_run, (void *)(intptr_t)cpu[1]);
+  if (xcpu_pin(cpu[0]))
+    die("pthread_setaffinity_np");
+  double t0 = now_s();
+  for (long i = 0; i < xcpu_n; i++) {
+    atomic_store_explicit(&xcpu_ball, 2 * i + 1, memory_order_release);
+    while (atomic_load_explicit(&xcpu_ball, memory_order_acquire) != 2 * i + 2) {}
+  }
+  double t = now_s() - t0;
+  pthread_join(th, NULL);
+  printf("xcpu,round_trip_ns,%.0f\n", t / xcpu_n * 1e9);
+}
+
 /* ---------- main ---------- */
 
 static const struct {
@@ -778,14 +835,14 @@ static const struct {
 } modes[] = {
   {"own", mode_own},         {"batch", mode_batch},   {"prodcons", mode_prodcons},
   {"falseshare", mode_falseshare}, {"larson", mode_larson}, {"map", mode_map},
-  {"bigheap", mode_bigheap}, {"idle", mode_idle}, {"xchg", mode_xchg},
+  {"bigheap", mode_bigheap}, {"idle", mode_idle}, {"xchg", mode_xchg}, {"xcpu", mode_xcpu},
 };
 
 static void usage(void)
 {
   fprintf(stderr, "usage: scale MODE [--quick] [--threads T] [--ops N] [--rounds N] [--size B]\n"
                   "                  [--order fifo|lifo|both] [--cold] [--seed S]\n"
-                  "modes: own batch prodcons falseshare larson map bigheap idle xchg\n");
+                  "modes: own batch prodcons falseshare larson map bigheap idle xchg xcpu\n");
   exit(2);
 }
 

@@ -16,7 +16,9 @@
 # /usr/bin/time's %M. Within each repetition every program runs under every allocator in turn.
 # Medians go to stdout as tables (with flatmalloc over the best peer and the geometric mean of
 # each allocator's time over glibc's); raw.csv, tables.txt and the logs of failed runs go to
-# bench/results/mibench-<date>/.
+# bench/results/mibench-<date>/. Before and after each run `scale xcpu` times a cache line's
+# round trip between two CPUs (xcpu_ns, xcpu_after_ns; this host has two speeds, about 100 and
+# 400 ns): a last table gives the medians of the runs at each speed.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../scripts/lib.sh
@@ -219,7 +221,7 @@ fi
 out=${out:-$fm_top/bench/results/mibench-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out/logs"
 raw=$out/raw.csv
-echo "rep,program,allocator,time_s,wall_s,rss_kb,rc,load1" >"$raw"
+echo "rep,program,allocator,time_s,wall_s,rss_kb,rc,load1,xcpu_ns,xcpu_after_ns" >"$raw"
 {
   echo "date: $(date -Is)"
   echo "uptime: $(uptime)"
@@ -239,16 +241,19 @@ log "load $(cut -d' ' -f1-3 /proc/loadavg), results in $out"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
+xcpu() { [ -x "$fm_build/bench/scale" ] && "$fm_build/bench/scale" xcpu 2>/dev/null | sed -n 's/^xcpu,round_trip_ns,//p'; }
 run_one() { # run_one REP PROGRAM ALLOCATOR
   local rep=$1 p=$2 a=$3 rc=0 wall='' kb='' t=''
-  local lib=${LIB[$a]} load
+  local lib=${LIB[$a]} load xb xa
   load=$(cut -d' ' -f1 /proc/loadavg) # at the start: a busy machine shows up in every figure
+  xb=$(xcpu) || xb=''
   program_cmd "$p"
   rm -rf "$tmp/cwd"; mkdir "$tmp/cwd"
   # the allocator rejects FLATMALLOC_* names it does not know: drop the old build-dir variable
   (cd "$tmp/cwd" && /usr/bin/time -f '%e %M' -o "$tmp/time" timeout -k 5 "$limit" \
      env -u LD_PRELOAD -u FLATMALLOC_BUILD_DIR ${lib:+LD_PRELOAD=$lib} "${cmd[@]}" \
      <"$input" >"$tmp/out" 2>"$tmp/err") || rc=$?
+  xa=$(xcpu) || xa=''
   read -r wall kb < <(tail -n 1 "$tmp/time") || true
   [ "$rc" = 0 ] && t=$(score_of "$score" "$tmp/out" "$wall")
   if [ "$rc" != 0 ] || [ -z "$t" ]; then
@@ -256,7 +261,7 @@ run_one() { # run_one REP PROGRAM ALLOCATOR
     cat "$tmp/out" "$tmp/err" >"$out/logs/$p-$a-$rep.log"
     log "FAILED (exit $rc$([ "$rc" = 124 ] && echo ": timed out after ${limit}s")): $p with $a, rep $rep; output in logs/$p-$a-$rep.log"
   fi
-  echo "$rep,$p,$a,$t,$wall,$kb,$rc,$load" >>"$raw"
+  echo "$rep,$p,$a,$t,$wall,$kb,$rc,$load,$xb,$xa" >>"$raw"
 }
 
 t0=$(date +%s)
@@ -308,6 +313,28 @@ table("Time, seconds, median of %d (larson, xmalloc-test, rptest, glibc-thread: 
       "time_s", 1, "%.2f")
 table("Peak RSS, MiB, median of %d; flat / best peer < 1 is flatmalloc smaller" % reps,
       "rss_kb", 1 / 1024, "%.1f")
+
+FAST = 250   # ns: scale xcpu's fast speed here is about 100, the slow one about 400
+def speed(r):
+    try:
+        b, a = float(r["xcpu_ns"]), float(r["xcpu_after_ns"])
+    except (KeyError, ValueError):
+        return None
+    return "fast" if b < FAST and a < FAST else "slow" if b >= FAST and a >= FAST else None
+print("Time by the host's speed before and after each run (scale xcpu under %d ns: fast), seconds, median (runs)" % FAST)
+print("| program | speed | " + " | ".join(allocs) + " | flat / best peer |")
+print("|---|---|" + "---:|" * (len(allocs) + 1))
+for p in progs:
+    for sp in ("fast", "slow"):
+        v = {a: [float(r["time_s"]) for r in rows if r["program"] == p and r["allocator"] == a and r["rc"] == "0"
+                 and r["time_s"] and speed(r) == sp] for a in allocs}
+        if not any(v.values()):
+            continue
+        m = {a: statistics.median(x) if x else None for a, x in v.items()}
+        peers = [m[a] for a in allocs if a != "flatmalloc" and m[a]]
+        f = m.get("flatmalloc")
+        print("| %s | %s | " % (p, sp) + " | ".join("%.2f (%d)" % (m[a], len(v[a])) if m[a] else "-" for a in allocs) +
+              " | %s |" % ("%.2f" % (f / min(peers)) if f and peers else "-"))
 EOF
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
 log "done: $out ($failures failed runs; load $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -85,7 +85,13 @@
  * free, none takes a lock per call. Why not mimalloc's per-span thread-free lists: spans are
  * shared by every thread of a shard, which is what keeps a span's blocks and a program's peak
  * low, and the owner of a block, not of a span, is what makes a racing double free harmless.
- * Blocks in spans change state only under their shard's lock.
+ * Why the blocks wait for their holder, even one off its CPU, rather than go to whoever frees
+ * them (tcmalloc): only the holder can tell whether its plain store overwrote a racing
+ * exchange; another thread may take them safely only after a barrier on every thread
+ * (membarrier), and that, tried, cut 64 exchanging threads' peak by a quarter to a half but
+ * made no variant clearly faster, and with 4x the operations every one 6-23 % slower
+ * (bench/README.md, "adoption after a barrier"). Blocks in spans change state only under their
+ * shard's lock.
  *
  * THREAD CACHE (tcache.c, fast paths in fast.h). Every thread gets one, a run of the heap taken
  * at its first call (only the rows of the classes it uses are touched), linked in a list the

@@ -57,12 +57,12 @@ for r in $(seq 1 "$reps"); do
   for t in $threads; do
     for mode in own xchg; do
       for a in "${allocs[@]}"; do
-        xcpu=$("$fm_build/bench/scale" xcpu | sed -n 's/^xcpu,round_trip_ns,//p')
+        xcpu=$(fm_xcpu)
         res=$(env ${LIB[$a]:+LD_PRELOAD=${LIB[$a]}} timeout 40 "$fm_build/bench/scale" "$mode" --threads "$t" --ops "$ops" 2>/dev/null) || res=''
         mops=$(sed -n "s/^$mode,t${t}_mops_per_s,//p" <<<"$res")
         rss=$(sed -n "s/^$mode,t${t}_rss_kb,//p" <<<"$res")
         hwm=$(sed -n "s/^$mode,t${t}_hwm_kb,//p" <<<"$res")
-        after=$("$fm_build/bench/scale" xcpu | sed -n 's/^xcpu,round_trip_ns,//p')
+        after=$(fm_xcpu)
         echo "$r,$t,$mode,$a,${mops:-},${rss:-},${hwm:-},${xcpu:-},${after:-}" >>"$out/raw.csv"
       done
     done

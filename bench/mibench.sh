@@ -241,19 +241,18 @@ log "load $(cut -d' ' -f1-3 /proc/loadavg), results in $out"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
-xcpu() { [ -x "$fm_build/bench/scale" ] && "$fm_build/bench/scale" xcpu 2>/dev/null | sed -n 's/^xcpu,round_trip_ns,//p'; }
 run_one() { # run_one REP PROGRAM ALLOCATOR
   local rep=$1 p=$2 a=$3 rc=0 wall='' kb='' t=''
   local lib=${LIB[$a]} load xb xa
   load=$(cut -d' ' -f1 /proc/loadavg) # at the start: a busy machine shows up in every figure
-  xb=$(xcpu) || xb=''
+  xb=$(fm_xcpu)
   program_cmd "$p"
   rm -rf "$tmp/cwd"; mkdir "$tmp/cwd"
   # the allocator rejects FLATMALLOC_* names it does not know: drop the old build-dir variable
   (cd "$tmp/cwd" && /usr/bin/time -f '%e %M' -o "$tmp/time" timeout -k 5 "$limit" \
      env -u LD_PRELOAD -u FLATMALLOC_BUILD_DIR ${lib:+LD_PRELOAD=$lib} "${cmd[@]}" \
      <"$input" >"$tmp/out" 2>"$tmp/err") || rc=$?
-  xa=$(xcpu) || xa=''
+  xa=$(fm_xcpu)
   read -r wall kb < <(tail -n 1 "$tmp/time") || true
   [ "$rc" = 0 ] && t=$(score_of "$score" "$tmp/out" "$wall")
   if [ "$rc" != 0 ] || [ -z "$t" ]; then

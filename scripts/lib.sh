@@ -57,3 +57,11 @@ fm_peers() {
     if [ -n "$l" ]; then add_alloc "$name" "$l"; else echo "flatmalloc: $name not found" >&2; fi
   done
 }
+
+# fm_xcpu : the host's speed now, `bench/scale xcpu`'s round trip of a cache line between two
+# CPUs in ns (empty without the benchmark's build). bench/contention.sh and bench/mibench.sh
+# record it before and after each run.
+fm_xcpu() {
+  [ -x "$fm_build/bench/scale" ] || return 0
+  "$fm_build/bench/scale" xcpu 2>/dev/null | sed -n 's/^xcpu,round_trip_ns,//p' || true
+}

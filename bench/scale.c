@@ -41,7 +41,8 @@
  *              bigheap,SIZE_p50_ns, _p99_ns, _p99.9_ns, _p99.99_ns, _max_ns, _mean_ns.
  *              The block's tag is read (checked) before the timed free, as a program reads what
  *              it frees; --cold skips that read (metrics bigheap,cold_SIZE_...), so free meets
- *              the block and its neighbours out of cache.
+ *              the block and its neighbours out of cache. --split times the free and the malloc
+ *              of each pair apart: bigheap,SIZE_free_p50_ns ... and bigheap,SIZE_malloc_p50_ns ...
  *   xchg       as own (--threads T, 1-10,000), but one step in eight puts the slot's block into a
  *              table of 4,096 entries shared by all threads instead of freeing it, and frees the
  *              block it displaces (another thread's, mostly), its size and tag read from it:
@@ -62,7 +63,7 @@
  *              record it before and after each run).
  *
  * Options: --quick (smaller counts), --threads T, --ops N, --rounds N, --size B, --order O,
- *          --cold (bigheap), --seed S. Every block's first and last 8 bytes carry a tag that is checked before the
+ *          --cold and --split (bigheap), --seed S. Every block's first and last 8 bytes carry a tag that is checked before the
  *          block is freed: a wrong byte exits with status 3 and one line on stderr.
  */
 #define _GNU_SOURCE
@@ -97,6 +98,7 @@ static uint64_t seed = 0x5ca1ab1e;
 static long opt_threads = -1, opt_ops = -1, opt_rounds = -1, opt_size = -1;
 static const char *opt_order = "fifo";
 static int opt_cold; /* bigheap: do not read a block before freeing it */
+static int opt_split; /* bigheap: time free and malloc apart */
 
 static long pick(long opt, long full, long small) { return opt >= 0 ? opt : quick ? small : full; }
 
@@ -651,6 +653,19 @@ static void mode_larson(void)
 
 #define BIGHEAP_LIVE 262144
 
+/* Percentiles, maximum and mean of n samples (sorted here), as bigheap,PREFIX_p50_ns ... */
+static void bigheap_report(const char *prefix, uint32_t *samples, uint32_t *tmp, size_t n)
+{
+  double mean = mean_ns(samples, n);
+  radix_sort(samples, tmp, n);
+  static const double ps[] = {50, 99, 99.9, 99.99};
+  static const char *const names[] = {"p50", "p99", "p99.9", "p99.99"};
+  for (int i = 0; i < 4; i++)
+    printf("bigheap,%s_%s_ns,%.2f\n", prefix, names[i], pct(samples, n, ps[i]));
+  printf("bigheap,%s_max_ns,%.2f\n", prefix, max_ns(samples, n));
+  printf("bigheap,%s_mean_ns,%.2f\n", prefix, mean);
+}
+
 static void mode_bigheap(void)
 {
   size_t size = (size_t)pick(opt_size, 64, 64);
@@ -661,6 +676,7 @@ static void mode_bigheap(void)
   }
   uint32_t *samples = outside(pairs * sizeof(uint32_t));
   uint32_t *tmp = outside(pairs * sizeof(uint32_t));
+  uint32_t *frees = opt_split ? outside(pairs * sizeof(uint32_t)) : NULL;
   struct slot *live = outside(BIGHEAP_LIVE * sizeof(struct slot));
   tsc_calibrate(50000000u, 1, samples, tmp, pairs);
   uint64_t r = seed;
@@ -679,6 +695,11 @@ static void mode_bigheap(void)
       tag_check("bigheap", old, size, v->tag);
     uint64_t t0 = t_start();
     free(old);
+    if (opt_split) { /* (a branch every run takes the same way) */
+      uint64_t tf = t_stop();
+      frees[k] = sample(t0, tf);
+      t0 = t_start();
+    }
     void *p = malloc(size);
     uint64_t t1 = t_stop();
     if (unlikely(!p)) {
@@ -690,15 +711,14 @@ static void mode_bigheap(void)
     v->p = p;
     v->tag = r;
   }
-  double mean = mean_ns(samples, pairs);
-  radix_sort(samples, tmp, pairs);
-  static const double ps[] = {50, 99, 99.9, 99.99};
-  static const char *const names[] = {"p50", "p99", "p99.9", "p99.99"};
+  char prefix[64];
   const char *cold = opt_cold ? "cold_" : "";
-  for (int i = 0; i < 4; i++)
-    printf("bigheap,%s%zu_%s_ns,%.2f\n", cold, size, names[i], pct(samples, pairs, ps[i]));
-  printf("bigheap,%s%zu_max_ns,%.2f\n", cold, size, max_ns(samples, pairs));
-  printf("bigheap,%s%zu_mean_ns,%.2f\n", cold, size, mean);
+  snprintf(prefix, sizeof prefix, "%s%zu%s", cold, size, opt_split ? "_malloc" : "");
+  bigheap_report(prefix, samples, tmp, pairs);
+  if (opt_split) {
+    snprintf(prefix, sizeof prefix, "%s%zu_free", cold, size);
+    bigheap_report(prefix, frees, tmp, pairs);
+  }
   for (size_t i = 0; i < BIGHEAP_LIVE; i++)
     slot_free("bigheap", &live[i]);
 }
@@ -847,7 +867,7 @@ static const struct {
 static void usage(void)
 {
   fprintf(stderr, "usage: scale MODE [--quick] [--threads T] [--ops N] [--rounds N] [--size B]\n"
-                  "                  [--order fifo|lifo|both] [--cold] [--seed S]\n"
+                  "                  [--order fifo|lifo|both] [--cold] [--split] [--seed S]\n"
                   "modes: own batch prodcons falseshare larson map bigheap idle xchg xcpu\n");
   exit(2);
 }
@@ -872,6 +892,7 @@ int main(int argc, char **argv)
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--quick")) quick = 1;
     else if (!strcmp(a, "--cold")) opt_cold = 1;
+    else if (!strcmp(a, "--split")) opt_split = 1;
     else if (v && !strcmp(a, "--threads")) opt_threads = arg_long(argv[++i]);
     else if (v && !strcmp(a, "--ops")) opt_ops = arg_long(argv[++i]);
     else if (v && !strcmp(a, "--rounds")) opt_rounds = arg_long(argv[++i]);

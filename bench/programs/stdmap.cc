@@ -6,6 +6,8 @@
 // Prints a checksum that must not depend on the allocator. With STDMAP_LAYOUT set, after each
 // build it prints on stderr how many nodes have the bytes a lookup reads (the child links and the
 // key, node bytes 16-35) across two cache lines, and the nodes' offsets in their lines.
+// STDMAP_SHIFT=N allocates N blocks of 72 bytes (a node's size) first and keeps them, which
+// moves where the program's rounds of allocations fall in the allocator's blocks.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -39,6 +41,11 @@ static void layout(const std::map<uint32_t, std::string> &m, long round)
 int main(int argc, char **argv)
 {
   bool show = std::getenv("STDMAP_LAYOUT") != nullptr;
+  const char *shift = std::getenv("STDMAP_SHIFT");
+  for (long j = 0, k = shift ? std::atol(shift) : 0; j < k; j++) {
+    void *volatile kept = ::operator new(72);
+    (void)kept;
+  }
   long n = argc > 1 ? std::atol(argv[1]) : 1000000;
   long rounds = argc > 2 ? std::atol(argv[2]) : 3;
   unsigned long long sum = 0;

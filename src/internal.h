@@ -76,6 +76,7 @@ hidden bool span_resize(uint32_t i, uint32_t len);
 hidden int span_kind_at(uint32_t i);   /* RUN_* of the run holding chunk i; 0: above top or unknown */
 hidden bool span_chunk_dirty(uint32_t i);
 hidden int span_trim(void);
+hidden void span_set_retain(uint64_t bytes);   /* the retained budget; UINT64_MAX: pages never go back */
 hidden void span_after_fork(void);
 struct span_stats { size_t used, used_peak, free, dirty, top, released, large_held; };
 hidden void span_stats(struct span_stats *s);

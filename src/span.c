@@ -47,6 +47,7 @@ static struct {
   uint32_t oldest, newest;              /* release FIFO, chunk index + 1 */
   uint64_t used, used_peak, listed, dirty, released;
   uint64_t retain;                      /* chunks */
+  bool keep;                            /* pages never go back (span_set_retain) */
   uint64_t delay, window;               /* ms: FLATMALLOC_RETAIN_DELAY; when this window began */
   uint64_t peak_now, peak_before;       /* the most chunks in use in this window, in the one before */
   uint64_t held[FM_CLASS_MAX + 1], reserve[FM_CLASS_MAX + 1];
@@ -272,7 +273,7 @@ static uint64_t budget_now(void) {
  * cost it 2.7x the page faults). */
 #define FRESH_AGE 32u   /* a 32nd */
 static void release_for_fresh(uint32_t fresh) {
-  if (fm_pool.native || !H.oldest || !fresh) return;
+  if (fm_pool.native || H.keep || !H.oldest || !fresh) return;
   uint32_t now = (uint32_t)os_clock_ms();
   for (unsigned k = 0; k < 2 && H.oldest && fresh; k++) {
     if (now - R(H.oldest - 1)->since < H.delay / FRESH_AGE) return;
@@ -282,7 +283,7 @@ static void release_for_fresh(uint32_t fresh) {
 }
 
 static void release_over_budget(uint32_t moved) {
-  if (fm_pool.native) return;   /* no system call in native code (check.c): pages stay until malloc_trim */
+  if (fm_pool.native || H.keep) return;   /* no system call in native code (check.c): pages stay until malloc_trim */
   uint64_t budget = budget_now();
   uint32_t most = 2 * moved + RELEASE_CHUNKS;   /* the excess grows by up to twice what is freed */
   for (unsigned k = 0; k < 2 && H.dirty > budget && H.oldest && most; k++) {
@@ -390,12 +391,21 @@ void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t 
   H.rec = fm_pool.rec = rec;
   H.pages = pages;
   H.nchunks = nchunks;
-  H.retain = retain_bytes >> FM_CHUNK_SHIFT;
+  span_set_retain(fm_pool.opt.prefault ? UINT64_MAX : retain_bytes);   /* a prefaulted pool keeps its pages */
   H.delay = fm_pool.opt.retain_delay;
   H.committed = fm_pool.lazy_commit ? 0 : nchunks;   /* the first span commits the first tables */
   for (unsigned c = 0; c < fm_pool.nclass; c++) H.reserve[c] = fm_pool.cls[c].reserve;
   H.reserve[FM_CLASS_MAX] = (uint64_t)nchunks * fm_pool.opt.large_bp / 10000;
   for (unsigned o = 0; o <= FM_CLASS_MAX; o++) H.outstanding += H.reserve[o];
+}
+
+/* The retained budget in bytes; UINT64_MAX: no page ever goes back, malloc_trim's included
+ * (the real-time profile, mallopt(M_TRIM_THRESHOLD, -1)). */
+void span_set_retain(uint64_t bytes) {
+  heap_lock();
+  H.keep = bytes == UINT64_MAX;
+  H.retain = H.keep ? UINT64_MAX : bytes >> FM_CHUNK_SHIFT;
+  fm_unlock(&H.lock);
 }
 
 static int64_t alloc_kind(uint32_t len, unsigned owner, uint8_t kind) {
@@ -468,7 +478,7 @@ void span_free(uint32_t i) {
   R(i)->clean = clean;
   /* Merged in front of a given-back front, the run would hide it from the releases' bounded
    * scan, and a heap freed downwards would never drain: over budget, its pages go now. */
-  if (behind && !fm_pool.native && H.dirty > budget_now() && release_run(i, 1, freed) == freed) R(i)->clean = behind;
+  if (behind && !fm_pool.native && !H.keep && H.dirty > budget_now() && release_run(i, 1, freed) == freed) R(i)->clean = behind;
   release_over_budget(freed);
 out:
   fm_unlock(&H.lock);
@@ -538,8 +548,8 @@ int span_kind_at(uint32_t i) {
 /* malloc_trim: every free page goes back, oldest runs first. */
 int span_trim(void) {
   heap_lock();
-  int any = H.dirty != 0;
-  while (H.oldest) release_run(H.oldest - 1, UINT32_MAX, UINT32_MAX);
+  int any = H.dirty != 0 && !H.keep;
+  while (any && H.oldest) release_run(H.oldest - 1, UINT32_MAX, UINT32_MAX);
   fm_unlock(&H.lock);
   return any;
 }

@@ -128,7 +128,7 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     k->batch = batch;
     k->bin_max = FM_BIN_BYTES / size;   /* (FM_BIN_BYTES / FM_ALIGN >= FM_BIN_MAX) */
     if (k->bin_max > FM_BIN_MAX) k->bin_max = FM_BIN_MAX;
-    if (k->bin_max < 2 * batch) k->bin_max = 2 * batch;
+    if (k->bin_max < 2 * batch || fm_pool.realtime) k->bin_max = 2 * batch;   /* real-time: a flush moves one batch */
     k->nblocks = (uint32_t)n;
     k->span_chunks = (uint32_t)(span / chunk);
     k->xfer_max = FM_XFER_BYTES / size;   /* blocks held there keep their spans out of the pool */
@@ -141,6 +141,8 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     k->bucket_mul = (((uint64_t)FM_BUCKETS << 32) + n - 1) / n;   /* (nblocks - 1) * it >> 32 < FM_BUCKETS */
     ((uint64_t *)fm_pool.line - FM_MAGICS)[c + 1] = UINT64_MAX / size + 1;   /* fm_magic */
     for (; units * FM_ALIGN <= size; units++) cls_of[units] = (uint8_t)(c + 1);
+    if (fm_pool.realtime)
+      for (unsigned s = 0; s < fm_pool.nshards; s++) fm_lock_init(&k->sh[s].lock, false);
   }
 }
 
@@ -453,7 +455,7 @@ void class_after_fork(void) {
     for (unsigned s = 0; s < fm_pool.nshards; s++) {
       struct fm_shard *h = &fm_pool.cls[c].sh[s];
       if (!fm_lock_held(&h->lock)) continue;
-      pthread_mutex_init(&h->lock, NULL);
+      fm_lock_init(&h->lock, false);
       h->epoch++;
       h->bucket_map = 0;
       h->spare = 0;

@@ -47,6 +47,20 @@ static inline void fm_unlock(pthread_mutex_t *m) {
   if (fm_pool.count_lockers) atomic_fetch_sub_explicit(&fm_pool.lockers, 1, memory_order_relaxed);
 }
 
+/* Sets up a lock at start-up or in a fork child. In the real-time profile with priority
+ * inheritance: a thread that waits for it lends its priority to the holder, so a real-time
+ * thread never waits behind a lower-priority holder that a middle one keeps off the CPU. Else
+ * adaptive (spins a little before it sleeps) where asked, plain otherwise (zero is a plain
+ * unlocked lock: the shards' need no set-up). */
+static inline void fm_lock_init(pthread_mutex_t *m, bool adaptive) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  if (fm_pool.realtime) pthread_mutexattr_setprotocol(&a, PTHREAD_PRIO_INHERIT);
+  else if (adaptive) pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
+  pthread_mutex_init(m, &a);
+  pthread_mutexattr_destroy(&a);
+}
+
 /* In a fork child (one thread): the lock was held at fork. A plain read of glibc's lock word,
  * not a trylock, so that the child writes no page of a lock that was free (a trylock on each
  * of the classes' locks cost every PostgreSQL backend a copy-on-write fault per shard). */
@@ -123,7 +137,7 @@ hidden void tcache_after_fork(void);
 hidden void tcache_collect(void);
 /* threads: threads holding a cache; tagged: threads holding a tag; bytes: the heap runs the
  * caches take */
-struct tcache_stats { uint64_t threads, tagged, bytes; };
+struct tcache_stats { uint64_t threads, tagged, bytes, most_moved; };
 hidden void tcache_stats(struct tcache_stats *s);
 
 /* The thread cache's pop, for fast.h and the heap profiler: the newest block of tc's bin c1

@@ -63,7 +63,7 @@ static void layout_of(size_t size, struct layout *L) {
   /* the tags' inboxes: 1/64 of the pool at most (under a Valgrind tool no thread holds a tag) */
   L->inbox_n = FM_INBOX_MAX;
   while (L->inbox_n > FM_OUTBOX && (fm_pool.valgrind || (size_t)FM_TAGS * L->inbox_n * sizeof(struct fm_slot) > size / 64)) L->inbox_n /= 2;
-  L->inbox_off = align_up(L->tag_off + FM_TAGS * sizeof(struct fm_tag), 64);
+  L->inbox_off = align_up(L->tag_off + FM_TAGS * sizeof(struct fm_tag), os_page_size());   /* opened a tag at a time */
   L->shard_off = align_up(L->inbox_off + (size_t)FM_TAGS * L->inbox_n * sizeof(struct fm_slot), 64);
   L->xfer_off = align_up(L->shard_off + o->nclass * L->nshards * sizeof(struct fm_shard), 64);
   L->meta = align_up(L->xfer_off + o->nclass * L->nshards * FM_XFER * sizeof(struct fm_blk), (size_t)1 << shift);
@@ -80,17 +80,17 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
   P->heap_base = base + meta;
   uint32_t heap_chunks = (uint32_t)L->nchunks;
   P->heap_size = (size_t)heap_chunks << shift;
-  /* strict overcommit: the size -> class table, tags and shards now; the per-chunk tables as
-   * the heap grows (span.c) */
-  size_t page = os_page_size(), tab_lo = tab_off & ~(page - 1);
-  if (P->lazy_commit && !os_commit((void *)(base + tab_lo), meta - tab_lo))
-    options_fail("FLATMALLOC_POOL", o->pool_text ? o->pool_text : "(default)",
-                 "the commit limit (vm.overcommit_memory=2) refused the pool's tables");
-  P->line = (const struct fm_line *)(base + L->line_off);
+  /* Opened as used (lazy_commit): the size -> class table, tags, shards and transfer caches
+   * now; a tag's inbox when a thread first takes the tag (tcache.c); the per-chunk tables as
+   * the heap grows (span.c). */
+  size_t page = os_page_size(), tab_lo = tab_off & ~(page - 1), shard_lo = L->shard_off & ~(page - 1);
   uintptr_t magics = base + L->line_off - FM_MAGICS * sizeof(uint64_t);
-  if (P->lazy_commit && !os_commit((void *)(magics & ~(page - 1)), L->line_off - (magics & ~(page - 1))))
+  if (P->lazy_commit && (!os_commit((void *)(base + tab_lo), L->inbox_off - tab_lo) ||
+                         !os_commit((void *)(base + shard_lo), meta - shard_lo) ||
+                         !os_commit((void *)(magics & ~(page - 1)), base + L->line_off - (magics & ~(page - 1)))))
     options_fail("FLATMALLOC_POOL", o->pool_text ? o->pool_text : "(default)",
-                 "the commit limit (vm.overcommit_memory=2) refused the pool's tables");
+                 "the system refused to open the pool's tables (the commit limit, vm.overcommit_memory=2)");
+  P->line = (const struct fm_line *)(base + L->line_off);
   for (unsigned s = 0; s < FM_SHADOWS; s++)
     P->st_bias[s] = L->shadow_off[s] == SIZE_MAX ? 0 : base + L->shadow_off[s] - (P->heap_base >> s);
   P->tags = (struct fm_tag *)(base + L->tag_off);
@@ -125,7 +125,11 @@ static void *pool_map(size_t size, bool prefault) {
 void pool_reserve(void *(*tool_map)(size_t size), uint64_t tool_cap) {
   struct fm_options *o = &fm_pool.opt;
   pool_tool_map = tool_map;
-  fm_pool.lazy_commit = !o->prefault && os_overcommit_strict();
+  /* The heap is opened as it is used (mlockall then locks only that), except when prefaulted
+   * and under a Valgrind tool (its own map; opened as used only where the kernel counts every
+   * writable page anyway, strict overcommit). */
+  fm_pool.lazy_commit = !o->prefault && (!tool_map || os_overcommit_strict());
+  fm_pool.realtime = o->prefault;
   void *mem = NULL;
   size_t size = o->pool;
   struct layout L;

@@ -114,7 +114,9 @@ static void fifo_remove(uint32_t i) {
 
 static void fifo_append(uint32_t i) {
   struct fm_run *r = R(i);
-  r->since = (uint32_t)(fm_pool.native ? H.window : os_clock_ms());   /* no system call in native code (check.c) */
+  /* no system call in native code (check.c); no clock where pages never go back (its first
+   * read faults the vDSO's data page in) */
+  r->since = (uint32_t)(fm_pool.native || H.keep ? H.window : os_clock_ms());
   r->newer = 0;
   r->older = H.newest;
   if (H.newest) R(H.newest - 1)->newer = idx1(i);
@@ -388,6 +390,7 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
 
 /* ---- interface --------------------------------------------------------------------------- */
 void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t retain_bytes) {
+  if (fm_pool.realtime) fm_lock_init(&H.lock, true);
   H.rec = fm_pool.rec = rec;
   H.pages = pages;
   H.nchunks = nchunks;
@@ -561,7 +564,7 @@ int span_trim(void) {
  * after the prepare handlers. */
 void span_after_fork(void) {
   if (!fm_lock_held(&H.lock)) return;
-  H.lock = (pthread_mutex_t)PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
+  fm_lock_init(&H.lock, true);
   H.quarantine = H.top;
   memset(H.fl_map, 0, sizeof H.fl_map);
   memset(H.sl_map, 0, sizeof H.sl_map);

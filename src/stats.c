@@ -108,6 +108,7 @@ void flatmalloc_stats_print(void) {
   field(&f, "threads with_cache=", ts.threads);
   field(&f, " with_tag=", ts.tagged);
   field(&f, " caches_bytes=", ts.bytes);
+  field(&f, " most_moved=", ts.most_moved);
   line_flush(&f);
   if (at.made) {   /* a program that made no arena gets the report it always had */
     line_start(&f, pid);
@@ -165,6 +166,7 @@ size_t flatmalloc_stats_json(char *buf, size_t size) {
   field(&f, "},\"threads\":{\"with_cache\":", ts.threads);
   field(&f, ",\"with_tag\":", ts.tagged);
   field(&f, ",\"caches_bytes\":", ts.bytes);
+  field(&f, ",\"most_moved\":", ts.most_moved);
   fmt_str(&f, "},\"arenas\":{");
   arena_fields(&f, &at, "\"", ",\"", "\":");
   fmt_str(&f, "}}");

@@ -53,14 +53,26 @@ static pthread_mutex_t tags_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint16_t tags_fifo[FM_TAGS];   /* unused tags' indexes: fm_pool.tags_free of them from fifo_head, */
 static uint32_t fifo_head;            /* ... wrapping at FM_TAGS */
 
+/* A heap opened as it is used opens a tag's inbox when the tag is first taken (mlockall then
+ * locks the inboxes of the threads there were, not of all FM_TAGS). False when the system
+ * refuses: the thread runs without a tag. */
+static bool inbox_open(uint32_t i) {
+  if (!fm_pool.lazy_commit) return true;
+  uintptr_t page = os_page_size(), lo = (uintptr_t)(fm_pool.inbox + (size_t)i * fm_pool.inbox_n) & ~(page - 1);
+  uintptr_t hi = ((uintptr_t)(fm_pool.inbox + (size_t)(i + 1) * fm_pool.inbox_n) + page - 1) & ~(page - 1);
+  return os_commit((void *)lo, hi - lo);
+}
+
 static struct fm_tag *tag_pop(void) {
   struct fm_tag *t = NULL;
   fm_lock(&tags_lock);
   uint32_t used = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
   uint32_t waiting = atomic_load_explicit(&fm_pool.tags_free, memory_order_relaxed);
   if (used < FM_TAGS && waiting < FM_TAG_WAIT) {
-    t = &fm_pool.tags[used];
-    atomic_store_explicit(&fm_pool.tags_used, used + 1, memory_order_relaxed);
+    if (inbox_open(used)) {
+      t = &fm_pool.tags[used];
+      atomic_store_explicit(&fm_pool.tags_used, used + 1, memory_order_relaxed);
+    }
   } else if (waiting) {
     t = &fm_pool.tags[tags_fifo[fifo_head]];
     fifo_head = (fifo_head + 1) % FM_TAGS;
@@ -151,6 +163,7 @@ static bool budget_allows(struct fm_tcache *tc, uint64_t want) {
 static void bin_flush(struct fm_tcache *tc, unsigned c, uint32_t n) {
   unsigned c1 = c + 1;
   if (!n) return;
+  tc->moved += n;
   class_give(c, shard_now(tc), tc->base[c1], n);
   uint32_t left = cached(tc, c1) - n;
   memmove(tc->base[c1], tc->base[c1] + n, left * sizeof *tc->base[c1]);
@@ -188,6 +201,19 @@ static bool bin_grow(struct fm_tcache *tc, unsigned c, uint32_t more) {
   return true;
 }
 
+/* ---- the most work one call did ---------------------------------------------------------- */
+/* Blocks one slow call moved (between the thread's cache, the classes and other threads'
+ * outboxes and inboxes): the real-time profile's bound is checked against the most (stats). */
+static _Atomic uint32_t most_moved;
+
+static void work_note(struct fm_tcache *tc) {
+  if (tc->taking) return;   /* (counted at the refill's end) */
+  uint32_t m = atomic_load_explicit(&most_moved, memory_order_relaxed);
+  while (tc->moved > m &&
+         !atomic_compare_exchange_weak_explicit(&most_moved, &m, tc->moved, memory_order_relaxed, memory_order_relaxed)) {}
+  tc->moved = 0;
+}
+
 /* ---- inboxes and remote stacks ---------------------------------------------------------- */
 /* A block another thread freed waits in its owner tag's inbox, a ring of slots (the block's
  * address and class, its state's address): a freeing thread reserves slots by moving the tail
@@ -221,6 +247,7 @@ static uintptr_t pending(const struct fm_tag *t) { return __atomic_load_n(&t->pe
 static void remote_home(struct fm_tcache *to, void *p, int c, fm_st *st) {
   if (st_load(st) != ST_REMOTE) fault_stop("double free (by two threads at once)", p, c);
   st_store(st, ST_CACHED);
+  if (to && fm_pool.realtime && to->top[c + 1] >= to->lim[c + 1]) to = NULL;   /* no flush inside a refill */
   if (to) put(to, p, (unsigned)c, st);
   else class_give((unsigned)c, shard_at(0), &(struct fm_blk){p, st}, 1);
 }
@@ -254,13 +281,14 @@ static uint32_t inbox_take(struct fm_tag *t, struct fm_tcache *to, uint32_t most
 }
 
 /* Takes up to `most` blocks of tag t's remote stack home. */
-static void stack_take(struct fm_tag *t, struct fm_tcache *to, uint32_t most) {
+static uint32_t stack_take(struct fm_tag *t, struct fm_tcache *to, uint32_t most) {
+  uint32_t left = most;
   if (!pending(t)) {
-    if (!atomic_load_explicit(&t->remote, memory_order_relaxed)) return;
+    if (!atomic_load_explicit(&t->remote, memory_order_relaxed)) return 0;
     fm_count(CNT_RMW);
     __atomic_store_n(&t->pending, atomic_exchange_explicit(&t->remote, 0, memory_order_acquire), __ATOMIC_RELAXED);
   }
-  while (pending(t) && most--) {
+  for (; left && pending(t); left--) {
     void *p = (void *)pending(t);
     fm_st *st;
     int c = class_find(p, &st);
@@ -270,13 +298,15 @@ static void stack_take(struct fm_tag *t, struct fm_tcache *to, uint32_t most) {
     remote_home(to, p, c, st);                   /* (a state not REMOTE stops here, before the link is followed) */
     __atomic_store_n(&t->pending, next, __ATOMIC_RELAXED);
   }
+  return most - left;
 }
 
 /* Takes up to `most` blocks of tag t home (inbox first): into to's caches, or with to NULL
  * straight to their classes. */
 static void remote_collect(struct fm_tag *t, struct fm_tcache *to, uint32_t most) {
   uint32_t n = inbox_take(t, to, most);
-  if (n < most) stack_take(t, to, most - n);
+  if (n < most) n += stack_take(t, to, most - n);
+  to->moved += n;
 }
 
 /* Whether blocks of tag t wait on its remote stack: its inbox overflowed, its holder is behind
@@ -346,6 +376,7 @@ static void remote_send(struct fm_tag *owner, const struct fm_blk *b, uint32_t n
 
 static noinline void outbox_flush(struct fm_tcache *tc) {
   if (!tc->out_n) return;
+  tc->moved += tc->out_n;
   remote_send(tc->out_to, tc->out, tc->out_n);
   tc->out_n = 0;
 }
@@ -363,6 +394,7 @@ static noinline void remote_free(struct fm_tcache *tc, struct fm_tag *owner, voi
   b->p = (void *)slot_p(p, c);
   b->st = st;
   if (tc->out_n == FM_OUTBOX) outbox_flush(tc);
+  if (tc->moved) work_note(tc);
 }
 
 /* ---- caches in and out ------------------------------------------------------------------- */
@@ -464,6 +496,10 @@ static void tcache_exit(void *v) {
 
 void tcache_setup(void) {
   pthread_key_create(&tcache_key, tcache_exit);
+  if (fm_pool.realtime) {
+    fm_lock_init(&tags_lock, false);
+    fm_lock_init(&caches_lock, false);
+  }
   fm_pool.tc_total = (uint64_t)FM_TC_PER_CPU * fm_pool.cpus;
 }
 
@@ -493,6 +529,7 @@ void tcache_stats(struct tcache_stats *s) {
   s->threads = atomic_load_explicit(&fm_pool.caches_live, memory_order_relaxed);
   s->tagged = __atomic_load_n(&tags_held, __ATOMIC_RELAXED);
   s->bytes = (uint64_t)runs_n * cache_chunks() << FM_CHUNK_SHIFT;
+  s->most_moved = atomic_load_explicit(&most_moved, memory_order_relaxed);
   fm_unlock(&caches_lock);
 }
 
@@ -503,8 +540,9 @@ void tcache_stats(struct tcache_stats *s) {
 static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
   unsigned last = c + (borrow ? FM_BORROW_STEPS : 0);
   if (last >= fm_pool.nclass) last = fm_pool.nclass - 1;
+  tc->taking = true;
   outbox_flush(tc);
-  if (tc->t) remote_collect(tc->t, tc, remote_behind(tc->t) ? FM_COLLECT_BEHIND : FM_COLLECT);
+  if (tc->t) remote_collect(tc->t, tc, fm_pool.realtime ? FM_BATCH_MAX : remote_behind(tc->t) ? FM_COLLECT_BEHIND : FM_COLLECT);
   else if (tc->run && tag_free()) tag_take(tc);   /* (a thread's cache: not the empty one, nor check.c's native one) */
   unsigned sh = shard_now(tc);
   for (unsigned k = c; k <= last; k++) {
@@ -520,7 +558,7 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
         }
         if (room(tc, k1) < batch) bin_grow(tc, k, batch - room(tc, k1));
         uint32_t want = room(tc, k1) < batch ? room(tc, k1) : batch;
-        if (want) tc->top[k1] = tc->base[k1] + class_take(k, sh, tc->base[k1], want, k == c);
+        if (want) tc->moved += (uint32_t)((tc->top[k1] = tc->base[k1] + class_take(k, sh, tc->base[k1], want, k == c)) - tc->base[k1]);
       }
       if (tc->top[k1] != tc->base[k1]) {
         got = *--tc->top[k1];
@@ -533,10 +571,14 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
     if (zero) *zero = st_load(got.st) == ST_ZERO;
     st_store(got.st, tc->tag);
     if (k != c) class_note(k, sh, true);
+    tc->taking = false;
+    work_note(tc);
     return got.p;
   next:
     if (k == c) class_note(c, sh, false);
   }
+  tc->taking = false;
+  work_note(tc);
   return NULL;
 }
 
@@ -589,8 +631,11 @@ static noinline void put_full(struct fm_tcache *tc, void *p, unsigned c, fm_st *
     }
     if (tc->top[c1] >= tc->lim[c1]) {
       class_give(c, shard_now(tc), &(struct fm_blk){p, st}, 1);
-      return;
+      tc->moved++;
+    } else {
+      *tc->top[c1]++ = (struct fm_blk){p, st};
     }
+    return work_note(tc);
   }
   *tc->top[c1]++ = (struct fm_blk){p, st};
 }
@@ -640,9 +685,11 @@ void tcache_collect(void) {
   struct fm_tcache *tc = fm_tc;
   if (tc == &fm_tc_empty) return;
   outbox_flush(tc);
-  if (!tc->t) return;
-  while (inbox_take(tc->t, tc, UINT32_MAX)) {}
-  while (pending(tc->t) || atomic_load_explicit(&tc->t->remote, memory_order_relaxed)) stack_take(tc->t, tc, UINT32_MAX);
+  if (tc->t) {
+    while (inbox_take(tc->t, tc, UINT32_MAX)) {}
+    while (pending(tc->t) || atomic_load_explicit(&tc->t->remote, memory_order_relaxed)) stack_take(tc->t, tc, UINT32_MAX);
+  }
+  tc->moved = 0;   /* (malloc_trim's and the statistics' work is not an allocation call's) */
 }
 
 /* Fork child: only this thread goes on. The other threads' caches are never used again: they
@@ -654,7 +701,7 @@ void tcache_collect(void) {
  * takes it. In this thread's own inbox, the slots other threads reserved and had not written
  * are holes its drain steps over. */
 void tcache_after_fork(void) {
-  if (fm_lock_held(&caches_lock)) pthread_mutex_init(&caches_lock, NULL);
+  if (fm_lock_held(&caches_lock)) fm_lock_init(&caches_lock, false);
   struct fm_tcache *me = fm_tc != &fm_tc_empty ? fm_tc : NULL;
   caches = NULL;
   runs_n = 0;
@@ -673,7 +720,7 @@ void tcache_after_fork(void) {
     for (uint32_t i = mine->head; i != mine->tail; i++)
       if (!inbox(mine)[i & (fm_pool.inbox_n - 1)].p) inbox(mine)[i & (fm_pool.inbox_n - 1)].p = INBOX_HOLE;
   uint32_t used = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
-  if (fm_lock_held(&tags_lock)) pthread_mutex_init(&tags_lock, NULL);
+  if (fm_lock_held(&tags_lock)) fm_lock_init(&tags_lock, false);
   atomic_store_explicit(&fm_pool.tags_free, 0, memory_order_relaxed);
   fifo_head = 0;
   for (uint32_t i = 0; i < used; i++) {

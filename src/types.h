@@ -268,6 +268,8 @@ struct fm_tcache {
   uint32_t pressure;     /* times the bins could not grow since the budget last doubled */
   uint64_t flushed;      /* bit c: bin c gave blocks back since its last refill */
   uint64_t earned;       /* the budget it earned by demand */
+  uint32_t moved;        /* blocks moved by the slow call under way (tcache.c's work_note) */
+  bool taking;           /* a refill is under way: the frees it makes are part of its work */
   struct fm_tcache *next, *prev;   /* the list of caches */
   struct fm_tag *out_to;      /* outbox: blocks of tag out_to freed here (as inbox slots hold them), sent in one step */
   uint32_t out_n;
@@ -369,7 +371,8 @@ struct fm_pool {
   unsigned nclass;
   bool valgrind;             /* running under a Valgrind tool: described mode */
   bool checked;              /* checking or described mode: every call takes the slow path */
-  bool lazy_commit;          /* strict overcommit: the heap becomes accessible as it is used */
+  bool lazy_commit;          /* the heap is opened as it is used (not prefaulted, not a Valgrind tool's map) */
+  bool realtime;             /* the real-time profile (FLATMALLOC_PREFAULT=1): pages kept, one batch a move */
   bool native;               /* check.c's native call under memcheck is running (fm_lock) */
   bool count_lockers;        /* check.c's native calls are on: fm_lock counts in lockers */
   _Atomic uint32_t lockers;  /* program threads holding or waiting for a class's or the heap's lock */

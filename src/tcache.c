@@ -548,7 +548,7 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
   for (unsigned k = c; k <= last; k++) {
     unsigned k1 = k + 1;
     struct fm_blk got;
-    if (tc->base[k1]) {
+    if (tc->base[k1] && (k == c || !fm_pool.realtime)) {   /* (real-time: a larger class lends one block) */
       uint32_t batch = fm_pool.cls[k].batch;
       if (tc->top[k1] == tc->base[k1]) {
         if (tc->flushed >> k & 1) {   /* it gave back blocks it now wants: it may hold another batch */

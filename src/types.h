@@ -8,7 +8,11 @@
  *
  * The heap is cut into chunks of 2^FM_CHUNK_SHIFT bytes (16 KiB in every pool, so that free()
  * shifts by a constant; 96 bytes of meta a chunk, reserved for the whole pool, touched where
- * the heap is used). The meta area holds the blocks' states (BLOCK STATE below) and,
+ * the heap is used). The reservation is inaccessible and opened (mprotect) as it is used: the
+ * heap and its per-chunk tables up to the highest chunk taken, in steps of 1 MiB (span.c's
+ * commit_to), a tag's inbox when a thread first takes the tag, the fixed tables at start-up;
+ * so mlockall locks what the heap uses, not the pool. Prefaulted, it is opened and populated
+ * whole at start-up; under a Valgrind tool it is the tool's mapping. The meta area holds the blocks' states (BLOCK STATE below) and,
  * per chunk, a line (struct fm_line: the span and class it belongs to), a run record and a bit
  * "may hold pages"; plus the size -> class table, the owner tags, the classes' shards and their
  * transfer caches. No allocator
@@ -123,6 +127,14 @@
  * O(1) and keeps the chain up to the arena's cap, giving back only the slabs over it and the
  * runs of their own; a run given back is a free run like any other. Its chunks are in no
  * span, so free() of an arena pointer fails the block test and stops in the slow path.
+ *
+ * REAL-TIME PROFILE (FLATMALLOC_PREFAULT=1, fm_pool.realtime). The pool is populated at start-up
+ * and never given back (span_set_retain(UINT64_MAX): malloc_trim included), so no call after
+ * start-up faults a page in or makes a system call; a bin holds two batches, so a flush moves
+ * one, and a refill takes home at most a batch of blocks other threads freed, never flushing on
+ * the way: one call moves at most four batches (FM_BATCH_MAX each), which the statistics'
+ * most_moved records; the locks inherit priority, so a real-time thread that waits for one
+ * lends its priority to the holder.
  *
  * Memory flows: heap run -> span -> class buckets (or transfer cache) <-> thread cache <->
  * program, or heap run -> large block -> program, or heap run -> arena slab -> program; a block

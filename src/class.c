@@ -109,6 +109,7 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     uint32_t size = o->class_size[c], batch = FM_BATCH_BYTES / size;
     if (batch < FM_BATCH_MIN) batch = FM_BATCH_MIN;
     if (batch > FM_BATCH_MAX) batch = FM_BATCH_MAX;
+    if (fm_pool.realtime && batch > FM_RT_BATCH) batch = FM_RT_BATCH;   /* the slowest call, not the median */
     /* at least FM_SPAN_MIN, FM_SPAN_MIN_BLOCKS blocks and 3 chunks (the summary lives in the 2nd
      * chunk's record, not the last); of the next 8 chunk counts, the one that wastes the
      * smallest share */

@@ -542,7 +542,7 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
   if (last >= fm_pool.nclass) last = fm_pool.nclass - 1;
   tc->taking = true;
   outbox_flush(tc);
-  if (tc->t) remote_collect(tc->t, tc, fm_pool.realtime ? FM_BATCH_MAX : remote_behind(tc->t) ? FM_COLLECT_BEHIND : FM_COLLECT);
+  if (tc->t) remote_collect(tc->t, tc, fm_pool.realtime ? FM_RT_BATCH : remote_behind(tc->t) ? FM_COLLECT_BEHIND : FM_COLLECT);
   else if (tc->run && tag_free()) tag_take(tc);   /* (a thread's cache: not the empty one, nor check.c's native one) */
   unsigned sh = shard_now(tc);
   for (unsigned k = c; k <= last; k++) {

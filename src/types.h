@@ -130,11 +130,11 @@
  *
  * REAL-TIME PROFILE (FLATMALLOC_PREFAULT=1, fm_pool.realtime). The pool is populated at start-up
  * and never given back (span_set_retain(UINT64_MAX): malloc_trim included), so no call after
- * start-up faults a page in or makes a system call; a bin holds two batches, so a flush moves
- * one, and a refill takes home at most a batch of blocks other threads freed, never flushing on
- * the way: one call moves at most four batches (FM_BATCH_MAX each), which the statistics'
- * most_moved records; the locks inherit priority, so a real-time thread that waits for one
- * lends its priority to the holder.
+ * start-up faults a page in or makes a system call; batches are of FM_RT_BATCH blocks at most, a
+ * bin holds two, so a flush moves one, and a refill takes home at most a batch of blocks other
+ * threads freed, never flushing on the way: one call moves at most an outbox (FM_OUTBOX) and
+ * three batches, 56 blocks, which the statistics' most_moved records; the locks inherit
+ * priority, so a real-time thread that waits for one lends its priority to the holder.
  *
  * Memory flows: heap run -> span -> class buckets (or transfer cache) <-> thread cache <->
  * program, or heap run -> large block -> program, or heap run -> arena slab -> program; a block
@@ -166,6 +166,7 @@
 #define FM_BATCH_BYTES (32u << 10)   /* a batch holds about this many bytes ... */
 #define FM_BATCH_MIN 4u              /* ... but never fewer blocks than this */
 #define FM_BATCH_MAX 32u             /* ... nor more than this */
+#define FM_RT_BATCH 8u               /* ... nor, in the real-time profile, more than this */
 #define FM_BIN_BYTES (32u << 10)     /* a thread's bin may grow to about this many bytes of blocks, */
 #define FM_BIN_MAX 1024u             /* ... but never more blocks than this, nor fewer than two batches */
 #define FM_SPAN_MIN (64u << 10)      /* a span covers at least this, ... */

@@ -141,6 +141,8 @@ void pool_reserve(void *(*tool_map)(size_t size), uint64_t tool_cap) {
       options_fail("FLATMALLOC_POOL", o->pool_text, "the system refused to reserve a pool of this size");
     }
   } else {
+    if (o->prefault)   /* it would make the machine's memory resident */
+      options_fail("FLATMALLOC_PREFAULT", "1", "needs FLATMALLOC_POOL: the whole pool is made resident at start-up");
     uint64_t phys = os_physical_memory();
     if (tool_cap && phys > tool_cap) phys = tool_cap;   /* see check.c */
     size = phys > FM_POOL_MAX ? FM_POOL_MAX : (size_t)phys;

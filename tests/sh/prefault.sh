@@ -6,7 +6,7 @@
 # FLATMALLOC_PREFAULT=1 FLATMALLOC_POOL=256M: mixed (5000 operations on 8 slots, blocks up to
 # 8 MiB) runs, succeeds and prints glibc's result; and the whole pool is resident from the
 # start: the peak RSS of an idle program (mixed 0) is at least 90 % of 256 MiB, and without
-# PREFAULT it is not.
+# PREFAULT it is not. Without FLATMALLOC_POOL it stops at start-up with one line naming both.
 set -euo pipefail
 export LC_ALL=C
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -46,5 +46,14 @@ echo "  peak RSS of an idle program: PREFAULT=1 ${rss_pre} KiB, PREFAULT=0 ${rss
 [ "$rss_pre" -ge $((256 * 1024 * 9 / 10)) ] || fm_fail "with PREFAULT=1 peak RSS is only $rss_pre KiB"
 [ "$rss_lazy" -lt $((256 * 1024 * 9 / 10)) ] || fm_fail "with PREFAULT=0 peak RSS is already $rss_lazy KiB"
 fm_ok "prefaulted"
+
+fm_check "FLATMALLOC_PREFAULT=1 without FLATMALLOC_POOL: stops at start-up naming both"
+rc=0
+fm_preload env FLATMALLOC_PREFAULT=1 "$MIXED" 0 >/dev/null 2>"$FM_TMP/nopool.err" || rc=$?
+cat "$FM_TMP/nopool.err"
+[ $rc -eq 1 ] || fm_fail "exit status $rc, expected 1"
+want='flatmalloc: FLATMALLOC_PREFAULT=1: needs FLATMALLOC_POOL: the whole pool is made resident at start-up'
+[ "$(cat "$FM_TMP/nopool.err")" = "$want" ] || fm_fail "expected exactly: $want"
+fm_ok "stopped"
 
 echo "prefault: all checks passed"

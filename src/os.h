@@ -7,7 +7,8 @@
 #include "types.h"
 
 /* Reserves size bytes of zeroed address space, readable and writable and committed on first
- * touch (or at once with prefault) when commit is set, else inaccessible until os_commit.
+ * touch (or at once with prefault: populated, and every page written once) when commit is set,
+ * else inaccessible until os_commit.
  * Returns NULL when the kernel refuses. */
 hidden void *os_reserve(size_t size, int prefault, int commit);
 /* Makes [p, p+size) readable and writable (page multiples); false when the kernel's commit

@@ -2,7 +2,7 @@
  *
  *   pages      after start-up and mlockall(MCL_CURRENT | MCL_FUTURE), as a real-time program
  *              starts (the line "realtime: start" and a getppid() marker for strace), no
- *              allocation call takes a page fault: fill 128 MiB of 1 KiB blocks, free them, light
+ *              allocation call takes a page fault: fill 64 MiB of 1 KiB blocks, free them, light
  *              calls past the retain delay, fill again, malloc_trim(0), realloc growth and
  *              shrink, large blocks, calloc, arenas, threads that start and exit (on stacks the
  *              test mapped before the marker, so the threads' own set-up maps nothing): each
@@ -51,7 +51,7 @@ static arena_create_fn arena_create;
 static arena_alloc_fn arena_alloc;
 static arena_fn arena_reset, arena_destroy;
 
-#define NBLK (128 << 10)   /* 128 MiB of 1 KiB blocks */
+#define NBLK (64 << 10)   /* 64 MiB of 1 KiB blocks */
 static char *blk[NBLK];
 static long thread_faults[8];
 
@@ -142,12 +142,12 @@ static void pages(void)
     char *r = malloc(100);
     CHECK(r, "malloc(100)");
     memset(r, 5, 100);
-    for (size_t n = 200; n <= ((size_t)64 << 20); n *= 2) {   /* realloc growth, small to large */
+    for (size_t n = 200; n <= ((size_t)32 << 20); n *= 2) {   /* realloc growth, small to large */
         r = realloc(r, n);
         CHECK(r && r[0] == 5 && r[99] == 5, "realloc to %zu lost the contents", n);
         memset(r + n / 2, 5, n / 2);
     }
-    for (size_t n = (size_t)32 << 20; n >= 64; n /= 2) {   /* and shrink */
+    for (size_t n = (size_t)16 << 20; n >= 64; n /= 2) {   /* and shrink */
         r = realloc(r, n);
         CHECK(r && r[0] == 5 && r[n - 1] == 5, "realloc down to %zu lost the contents", n);
     }

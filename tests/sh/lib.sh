@@ -122,7 +122,7 @@ fm_stats_verify() {
         state[pid] = "large"
         next
       }
-      if (rest ~ /^threads with_cache=[0-9]+ with_tag=[0-9]+ caches_bytes=[0-9]+$/) {
+      if (rest ~ /^threads with_cache=[0-9]+ with_tag=[0-9]+ caches_bytes=[0-9]+ most_moved=[0-9]+$/) {
         if (state[pid] != "large") bad("threads line out of place")
         split(f[2], tc, "="); split(f[3], tg, "=")
         if (tg[2] + 0 > tc[2] + 0) bad("more threads with a tag than with a cache")

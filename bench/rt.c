@@ -7,7 +7,9 @@
  *   - the thread pinned to one CPU (sched_setaffinity; --cpu N, default the last CPU allowed);
  *   - SCHED_FIFO at priority 10 with --fifo (reported when refused);
  *   - mlockall(MCL_CURRENT | MCL_FUTURE) (--no-mlock leaves it out; a failure is reported and the
- *     run goes on), VmRSS and VmLck printed after it.
+ *     run goes on), VmRSS and VmLck printed after it;
+ *   - with --touch, every page of the private writable anonymous mappings written once
+ *     (touch_mappings: a virtual machine's lazy backing of populated pages taken out).
  * Sequences:
  *   hot    malloc+free of one size, 16, 64, 256, 1024, 4096 B, --samples N pairs each (200,000)
  *          after 10,000 untimed; each malloc and each free timed alone.
@@ -33,6 +35,10 @@
  * --trace-step K (churn) calls the free and the malloc of step K through rt_traced_free and
  * rt_traced_malloc (noinline), so that `valgrind --tool=callgrind --toggle-collect=rt_traced_*`
  * or a breakpoint shows what that one call does, and prints that step's page faults and times.
+ * --pretouch BYTES (churn) first mallocs that much in blocks of 1 MiB, writes a byte of each
+ * 4 KiB page and frees it all: memory the allocator hands out later was written once before
+ * (on a virtual machine that backs a guest's page only at its first write, see the results).
+ * --untimed reads no timer (Valgrind does not run rdtscp): the same calls, samples of 0.
  *
  * Built with -DRT_PMAD (bench/rt.sh --pmad DIR), the calls go to PMAD's pmad_alloc/pmad_free
  * instead of malloc/free; the pool is declared here (rt_heap_begin).
@@ -62,6 +68,11 @@ static void die(const char *what)
   fprintf(stderr, "rt: %s: %s\n", what, strerror(errno));
   exit(1);
 }
+
+/* The timer, off with --untimed (under Valgrind, which does not run rdtscp): samples read 0. */
+static int untimed;
+static inline uint64_t ts(void) { return untimed ? 0 : t_start(); }
+static inline uint64_t te(void) { return untimed ? 0 : t_stop(); }
 
 /* ---------- the allocator under test ---------- */
 
@@ -342,7 +353,44 @@ static int group_stats(struct run *r, struct stat6 *out, char names[][24], int m
 
 /* ---------- start-up: the real-time recipe ---------- */
 
-static void rt_setup(int cpu, int fifo, int mlock, int recipe)
+/* Writes every page of every private writable anonymous mapping once (each byte written is the
+ * one read: nothing changes). Some virtual machines back a page the guest populated (MAP_POPULATE,
+ * mlockall) only at its first write, a host fault the guest never counts (see the results): this
+ * takes that cost out of the allocator's calls for the memory mapped so far. */
+static void touch_mappings(void)
+{
+  static char maps[1 << 20];
+  int fd = open("/proc/self/maps", O_RDONLY);
+  size_t len = 0, pages = 0;
+  ssize_t got;
+  if (fd < 0)
+    die("/proc/self/maps");
+  while (len < sizeof maps - 1 && (got = read(fd, maps + len, sizeof maps - 1 - len)) > 0)
+    len += (size_t)got;
+  close(fd);
+  maps[len] = 0;
+  for (char *line = maps, *next; line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next)
+      *next++ = 0;
+    unsigned long lo, hi, inode;
+    char perms[8];
+    int path_at = 0;
+    if (sscanf(line, "%lx-%lx %7s %*s %*s %lu %n", &lo, &hi, perms, &inode, &path_at) < 4)
+      continue;
+    const char *path = path_at ? line + path_at : "";
+    if (perms[0] != 'r' || perms[1] != 'w' || perms[3] != 'p' || inode != 0 ||
+        !strcmp(path, "[stack]"))
+      continue;
+    for (unsigned long a = lo; a < hi; a += 4096, pages++) {
+      volatile char *q = (volatile char *)a;
+      *q = *q;
+    }
+  }
+  printf("setup,touched_pages,%zu\n", pages);
+}
+
+static void rt_setup(int cpu, int fifo, int mlock, int recipe, int touch)
 {
   if (recipe) {
     printf("setup,mallopt_trim_threshold_ret,%d\n", mallopt(M_TRIM_THRESHOLD, -1));
@@ -373,6 +421,8 @@ static void rt_setup(int cpu, int fifo, int mlock, int recipe)
     else
       printf("setup,mlockall,ok\n");
   }
+  if (touch)
+    touch_mappings();
   printf("setup,vmrss_kb,%ld\n", status_kb("VmRSS:"));
   printf("setup,vmlck_kb,%ld\n", status_kb("VmLck:"));
 }
@@ -435,14 +485,14 @@ static void seq_hot(struct run *r)
       rt_free(p);
     }
     for (uint32_t i = 0; i < r->n; i++) {
-      uint64_t t0 = t_start();
+      uint64_t t0 = ts();
       void *p = rt_malloc(sz);
-      uint64_t t1 = t_stop();
+      uint64_t t1 = te();
       ESCAPE(p);
       *(volatile char *)p = (char)i;
-      uint64_t t2 = t_start();
+      uint64_t t2 = ts();
       rt_free(p);
-      uint64_t t3 = t_stop();
+      uint64_t t3 = te();
       m[k][i] = sample(t0, t1);
       f[k][i] = sample(t2, t3);
     }
@@ -451,12 +501,28 @@ static void seq_hot(struct run *r)
 }
 
 static void seq_churn(struct run *r, size_t live, size_t lo, size_t hi, size_t warm, int cold,
-                      long trace_step)
+                      size_t pretouch, long trace_step)
 {
   uint32_t *fs = run_add(r, "free"), *ms = run_add(r, "malloc"), *szs = run_add(r, "size");
   char **slot = buffer(live * sizeof *slot);
   size_t span = hi - lo + 1;
   rt_heap_begin(0, live, lo, hi);
+  if (pretouch) { /* write every page of that much heap once, then give it back */
+    size_t nb = pretouch >> 20;
+    char **big = buffer((nb + 1) * sizeof *big);
+    for (size_t b = 0; b < nb; b++) {
+      big[b] = rt_malloc(1 << 20);
+      if (!big[b]) {
+        fprintf(stderr, "rt: --pretouch: malloc(1 MiB) %zu of %zu failed\n", b, nb);
+        exit(1);
+      }
+      for (size_t o = 0; o < 1 << 20; o += 4096)
+        big[b][o] = 1;
+    }
+    for (size_t b = 0; b < nb; b++)
+      rt_free(big[b]);
+    munmap(big, (nb + 1) * sizeof *big);
+  }
   for (size_t i = 0; i < live; i++) { /* fill, untimed */
     size_t sz = lo + rng() % span;
     slot[i] = rt_malloc(sz);
@@ -484,22 +550,22 @@ static void seq_churn(struct run *r, size_t live, size_t lo, size_t hi, size_t w
     if (!cold)
       (void)*(volatile char *)old;
     if ((long)s != trace_step) {
-      t0 = t_start();
+      t0 = ts();
       rt_free(old);
-      t1 = t_stop();
-      t2 = t_start();
+      t1 = te();
+      t2 = ts();
       p = rt_malloc(sz);
-      t3 = t_stop();
+      t3 = te();
     } else {
       struct rusage a, b, c;
       getrusage(RUSAGE_SELF, &a);
-      t0 = t_start();
+      t0 = ts();
       rt_traced_free(old);
-      t1 = t_stop();
+      t1 = te();
       getrusage(RUSAGE_SELF, &b);
-      t2 = t_start();
+      t2 = ts();
       p = rt_traced_malloc(sz);
-      t3 = t_stop();
+      t3 = te();
       getrusage(RUSAGE_SELF, &c);
       printf("trace,%u,free_minflt,%ld\n", s, b.ru_minflt - a.ru_minflt);
       printf("trace,%u,malloc_minflt,%ld\n", s, c.ru_minflt - b.ru_minflt);
@@ -600,6 +666,25 @@ static int merge(int nfile, char **files)
     print_stat("single_median", lo.seq, names[k], &med);
     print_stat("single_worst", lo.seq, names[k], &worst);
   }
+  /* the slowest steps of each kind by their least time: what to rerun with --trace-step */
+  uint32_t *size = run_col(&lo, "size");
+  for (uint32_t c = 0; size && c < lo.ncol; c++) {
+    if (!strcmp(lo.name[c], "size"))
+      continue;
+    uint32_t *a = lo.col[c], top[10] = {0};
+    size_t at[10] = {0}, nt = 0;
+    for (uint32_t i = 0; i < lo.n; i++) {
+      if (nt == 10 && a[i] <= top[9])
+        continue;
+      size_t j = nt < 10 ? nt++ : 9;
+      for (; j > 0 && top[j - 1] < a[i]; j--)
+        top[j] = top[j - 1], at[j] = at[j - 1];
+      top[j] = a[i], at[j] = i;
+    }
+    for (size_t j = 0; j < nt; j++)
+      printf("top,%s,%s,%zu,%zu,%.1f,%u\n", lo.seq, lo.name[c], j + 1, at[j],
+             (top[j] - overhead) * ns_per_tick, size[at[j]]);
+  }
   printf("merge,runs,%d\n", nfile);
   return 0;
 }
@@ -628,8 +713,9 @@ static size_t arg_size(const char *s)
 static void usage(void)
 {
   fprintf(stderr, "usage: rt hot|churn [--samples N] [--steps N] [--live N] [--min B] [--max B]\n"
-                  "          [--seed S] [--warm N] [--cold] [--cpu N] [--fifo] [--no-mlock]\n"
-                  "          [--no-mallopt] [--trace-step K] [--out FILE]\n"
+                  "          [--seed S] [--warm N] [--cold] [--pretouch BYTES] [--cpu N] [--fifo]\n"
+                  "          [--no-mlock] [--no-mallopt] [--touch] [--trace-step K] [--untimed]\n"
+                  "          [--out FILE]\n"
                   "       rt merge RAW...\n");
   exit(2);
 }
@@ -645,9 +731,10 @@ int main(int argc, char **argv)
   int hot = !strcmp(argv[1], "hot");
   if (!hot && strcmp(argv[1], "churn"))
     usage();
-  size_t samples = 200000, steps = 2000000, live = 262144, lo = 16, hi = 1024, warm = 0;
+  size_t samples = 200000, steps = 2000000, live = 262144, lo = 16, hi = 1024, warm = 0,
+         pretouch = 0;
   uint64_t seed = 43;
-  int cpu = -1, fifo = 0, mlock = 1, recipe = 1, cold = 0;
+  int cpu = -1, fifo = 0, mlock = 1, recipe = 1, cold = 0, touch = 0;
   long trace_step = -1;
   const char *out = NULL;
   for (int i = 2; i < argc; i++) {
@@ -656,12 +743,15 @@ int main(int argc, char **argv)
     else if (!strcmp(a, "--no-mlock")) mlock = 0;
     else if (!strcmp(a, "--no-mallopt")) recipe = 0;
     else if (!strcmp(a, "--cold")) cold = 1;
+    else if (!strcmp(a, "--untimed")) untimed = 1;
+    else if (!strcmp(a, "--touch")) touch = 1;
     else if (v && !strcmp(a, "--samples")) samples = arg_size(argv[++i]);
     else if (v && !strcmp(a, "--steps")) steps = arg_size(argv[++i]);
     else if (v && !strcmp(a, "--live")) live = arg_size(argv[++i]);
     else if (v && !strcmp(a, "--min")) lo = arg_size(argv[++i]);
     else if (v && !strcmp(a, "--max")) hi = arg_size(argv[++i]);
     else if (v && !strcmp(a, "--warm")) warm = arg_size(argv[++i]);
+    else if (v && !strcmp(a, "--pretouch")) pretouch = arg_size(argv[++i]);
     else if (v && !strcmp(a, "--seed")) seed = strtoull(argv[++i], NULL, 0);
     else if (v && !strcmp(a, "--cpu")) cpu = (int)arg_size(argv[++i]);
     else if (v && !strcmp(a, "--trace-step")) trace_step = (long)arg_size(argv[++i]);
@@ -680,8 +770,11 @@ int main(int argc, char **argv)
 
   printf("setup,allocator_calls,%s\n", RT_ALLOCATOR);
   sort_room(hot ? 2 * r.n : 2 * (size_t)r.n); /* before mlockall: no allocator, no fault later */
-  rt_setup(cpu, fifo, mlock, recipe);
-  tsc_calibrate(50000000u, 5, sort_buf, sort_tmp, sort_cap);
+  rt_setup(cpu, fifo, mlock, recipe, touch);
+  if (untimed)
+    ns_per_tick = 1, overhead = 0, tick_q = 1;
+  else
+    tsc_calibrate(50000000u, 5, sort_buf, sort_tmp, sort_cap);
   r.ns_per_tick = ns_per_tick, r.overhead = overhead, r.tick_q = tick_q;
   printf("timer,source,rdtsc (lfence; rdtsc ... rdtscp; lfence)\n");
   printf("timer,ghz,%.4f\n", 1.0 / ns_per_tick);
@@ -691,7 +784,7 @@ int main(int argc, char **argv)
   if (hot)
     seq_hot(&r);
   else
-    seq_churn(&r, live, lo, hi, warm, cold, trace_step);
+    seq_churn(&r, live, lo, hi, warm, cold, pretouch, trace_step);
 
   struct stat6 st[32];
   char names[32][24];

@@ -16,7 +16,9 @@
 # Options: --reps N; --allocators a,b (glibc jemalloc tcmalloc mimalloc flatmalloc pmad);
 # --seqs "hot churn"; --steps N (churn, 2M); --samples N (hot, 200k); --pool SIZE (flatmalloc's
 # FLATMALLOC_POOL, 1G; FLATMALLOC_PREFAULT=1 always); --fifo (SCHED_FIFO 10, where permitted);
-# --cold (churn: the block is not read before its free); --no-strace; --lib PATH (another
+# --cold (churn: the block is not read before its free); --touch (rt --touch: every page mapped
+# at start-up written once, for a virtual machine that backs a page at its first write); --sizes LO-HI (churn's sizes, 16-1024;
+# 1024-1024 is the write-up's churn at one size); --no-strace; --keep-raw; --lib PATH (another
 # libflatmalloc.so); --pmad DIR (a checkout of github.com/anastassow/PMAD with include/ and src/:
 # rt.c is compiled with -DRT_PMAD and its four sources into OUT/rt-pmad; nothing of it is kept in
 # this tree). Results go to bench/results/rt-<date>/ (--out DIR): summary.md (the tables), raw/
@@ -26,8 +28,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../scripts/lib.sh
 . "$here/../scripts/lib.sh"
 
-reps=5 allocs_arg='' seqs="hot churn" steps=2000000 samples=200000 pool=1G fifo='' cold=''
-do_strace=1 pmad='' lib='' out=''
+reps=5 allocs_arg='' seqs="hot churn" steps=2000000 samples=200000 pool=1G fifo='' cold='' touch=''
+do_strace=1 pmad='' lib='' out='' keep_raw=0 sizes=''
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) reps=$2; shift ;;
@@ -38,7 +40,10 @@ while [ $# -gt 0 ]; do
     --pool) pool=$2; shift ;;
     --fifo) fifo=--fifo ;;
     --cold) cold=--cold ;;
+    --touch) touch=--touch ;;
     --no-strace) do_strace=0 ;;
+    --keep-raw) keep_raw=1 ;;
+    --sizes) sizes=$2; shift ;;
     --pmad) pmad=$2; shift ;;
     --lib) lib=$2; shift ;;
     --out) out=$2; shift ;;
@@ -96,8 +101,8 @@ env_of() {
 }
 seq_args() {
   case "$1" in
-    hot) echo "--samples $samples $fifo" ;;
-    churn) echo "--steps $steps $fifo $cold" ;;
+    hot) echo "--samples $samples $fifo $touch" ;;
+    churn) echo "--steps $steps $fifo $cold $touch${sizes:+ --min ${sizes%-*} --max ${sizes#*-}}" ;;
   esac
 }
 
@@ -108,7 +113,7 @@ seq_args() {
   echo "kernel: $(uname -r)"
   for a in "${allocs[@]}"; do echo "allocator $a: $(env_of "$a") $(cmd_of "$a" SEQ)"; done
   [ -n "$pmad" ] && echo "pmad: $pmad $(git -C "$pmad" log -1 --format='%h %ad' --date=short 2>/dev/null || cat "$pmad/PROVENANCE.txt" 2>/dev/null | head -1)"
-  echo "options: reps=$reps seqs=$seqs steps=$steps samples=$samples pool=$pool $fifo $cold"
+  echo "options: reps=$reps seqs=$seqs steps=$steps samples=$samples pool=$pool sizes=${sizes:-16-1024} $fifo $cold $touch"
 } >"$out/machine.txt"
 echo "rt.sh: load $(cut -d' ' -f1-3 /proc/loadavg), results in $out" >&2
 
@@ -135,7 +140,7 @@ for a in "${allocs[@]}"; do
     "$rt" merge "${files[@]}" >"$out/merged/$a.$seq.csv"
   done
 done
-rm -rf "$out/raw" # ~25 MB a run; the merged figures and the logs stay
+[ "$keep_raw" = 1 ] || rm -rf "$out/raw" # ~25 MB a run; the merged figures and the logs stay
 
 echo "allocator,seq,syscalls,by_name" >"$out/syscalls.csv"
 if [ "$do_strace" = 1 ]; then

@@ -83,7 +83,7 @@ for a in "${allocs[@]}"; do
   [ -n "${LIB[$a]+x}" ] || { echo "rt.sh: unknown or missing allocator $a" >&2; exit 1; }
 done
 
-# run_one ALLOC SEQ ARGS...: the command line of one run (no shell in between)
+# cmd_of ALLOC SEQ ARGS...: the command line of one run; env_of ALLOC: its environment
 cmd_of() {
   local a=$1 seq=$2
   shift 2
@@ -112,7 +112,7 @@ seq_args() {
   echo "cpus: $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
   echo "kernel: $(uname -r)"
   for a in "${allocs[@]}"; do echo "allocator $a: $(env_of "$a") $(cmd_of "$a" SEQ)"; done
-  [ -n "$pmad" ] && echo "pmad: $pmad $(git -C "$pmad" log -1 --format='%h %ad' --date=short 2>/dev/null || cat "$pmad/PROVENANCE.txt" 2>/dev/null | head -1)"
+  [ -n "$pmad" ] && echo "pmad: $pmad $(git -C "$pmad" log -1 --format='%h %ad' --date=short 2>/dev/null || head -1 "$pmad/PROVENANCE.txt" 2>/dev/null)"
   echo "options: reps=$reps seqs=$seqs steps=$steps samples=$samples pool=$pool sizes=${sizes:-16-1024} $fifo $cold $touch"
 } >"$out/machine.txt"
 echo "rt.sh: load $(cut -d' ' -f1-3 /proc/loadavg), results in $out" >&2

@@ -100,8 +100,11 @@ static inline void *flatmalloc_arena_alloc_inline(flatmalloc_arena *arena, size_
   uintptr_t h = (uintptr_t)arena;
   struct flatmalloc_arena_cursor *c = (struct flatmalloc_arena_cursor *)(h & FLATMALLOC_ARENA_CURSOR_MASK);
   if (__builtin_expect((intptr_t)h < 0 && c->id == h, 1)) {
-    void *p = flatmalloc_arena_bump(c, size, align);
-    if (__builtin_expect(p != NULL, 1)) return p;
+    uintptr_t p = (c->bump + align - 1) & ~(uintptr_t)(align - 1), e = p + size;
+    if (__builtin_expect(e <= c->end && e > p && align - 1 < ((size_t)1 << 20) && !(align & (align - 1)), 1)) {
+      c->bump = e;
+      return (void *)p;
+    }
   }
   return flatmalloc_arena_alloc(arena, size, align);
 }

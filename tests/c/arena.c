@@ -255,15 +255,12 @@ static const char *const c_name[] = {"flatmalloc_arena_alloc", "flatmalloc_arena
                                      "flatmalloc_arena_reset", "flatmalloc_arena_destroy", "flatmalloc_arena_stats"};
 static int h_kind, c_kind;
 
-static flatmalloc_arena *bad_handle(void) {
-  static char stack_dummy;
-  char local[256];
-  memset(local, 0, sizeof local);
+static flatmalloc_arena *bad_handle(char *local) {
   flatmalloc_arena *a = flatmalloc_arena_create(0), *b;
   CHECK(a && flatmalloc_arena_alloc(a, 100, 16), "create");
   switch (h_kind) {
     case H_NULL: return NULL;
-    case H_STACK: sink = &stack_dummy; return (flatmalloc_arena *)(void *)local;
+    case H_STACK: return (flatmalloc_arena *)(void *)local;
     case H_MALLOC: return memset(malloc(4096), 0x5a, 4096);
     case H_ZEROED: return calloc(1, 4096);
     case H_INTERIOR: return (flatmalloc_arena *)((char *)a + 8);
@@ -281,7 +278,9 @@ static flatmalloc_arena *bad_handle(void) {
 }
 
 static void bad_call(void) {
-  flatmalloc_arena *h = bad_handle();
+  char local[256];   /* the stack address */
+  memset(local, 0, sizeof local);
+  flatmalloc_arena *h = bad_handle(local);
   struct flatmalloc_arena_stats s;
   in_use_before = pool_in_use();
   signal(SIGABRT, after_stop);

@@ -92,14 +92,17 @@ static inline void *flatmalloc_arena_bump(struct flatmalloc_arena_cursor *c, siz
   return NULL;
 }
 /* flatmalloc_arena_alloc with its common case inlined in the caller (the parser write-up's
- * allocator and the C++ header use it): a handle with bit 63 set whose record holds it as its
- * id bumps there; anything else takes flatmalloc_arena_alloc, which checks the handle and stops
- * the program with one line when it is no live arena's. (A value with bit 63 set that no create
- * returned may fault here: only the library's calls look such a value up before reading.) */
+ * allocator and the C++ header use it): a value with bit 63 set bumps the cursor of the record
+ * it names, which no write into the heap reaches; anything else (NULL, a pointer to memory),
+ * and every case the bump cannot serve, takes flatmalloc_arena_alloc, which checks the handle
+ * and stops the program with one line when it is no live arena's. The generation is checked
+ * there, not here: a destroyed arena's handle takes the call (its record's end is 0) unless a
+ * new arena took the record, whose current slab it then bumps (use flatmalloc_arena_alloc where
+ * a handle may outlive its arena). A value with bit 63 set that no create returned may fault. */
 static inline void *flatmalloc_arena_alloc_inline(flatmalloc_arena *arena, size_t size, size_t align) {
   uintptr_t h = (uintptr_t)arena;
-  struct flatmalloc_arena_cursor *c = (struct flatmalloc_arena_cursor *)(h & FLATMALLOC_ARENA_CURSOR_MASK);
-  if (__builtin_expect((intptr_t)h < 0 && c->id == h, 1)) {
+  if (__builtin_expect((intptr_t)h < 0, 1)) {
+    struct flatmalloc_arena_cursor *c = (struct flatmalloc_arena_cursor *)(h & FLATMALLOC_ARENA_CURSOR_MASK);
     uintptr_t p = (c->bump + align - 1) & ~(uintptr_t)(align - 1), e = p + size;
     if (__builtin_expect(e <= c->end && e > p && align - 1 < ((size_t)1 << 20) && !(align & (align - 1)), 1)) {
       c->bump = e;

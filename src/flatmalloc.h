@@ -58,7 +58,9 @@ FLATMALLOC_API int flatmalloc_heap_dump(const char *path);
  * whatever the number of allocations. An arena is used by one thread at a time: in checking
  * mode (FLATMALLOC_CHECK=1) two threads in calls on one arena at once stop the program. Its
  * allocations are no blocks: free, realloc and malloc_usable_size of one stop the program.
- * README.md, "Arenas", has the whole contract. */
+ * Every call checks its handle: NULL, a pointer that no create returned, a destroyed arena's
+ * handle (also when a new arena took its place) stop the program with one line naming the call
+ * (destroy(NULL) excepted: it does nothing). docs/arenas.md has the whole contract. */
 typedef struct flatmalloc_arena flatmalloc_arena;
 
 /* A new arena; keep: bytes of slabs kept across resets (0: 4 MiB; the first slab, 64 KiB, is
@@ -69,12 +71,17 @@ FLATMALLOC_API flatmalloc_arena *flatmalloc_arena_create(size_t keep);
 FLATMALLOC_API void *flatmalloc_arena_alloc(flatmalloc_arena *arena, size_t size, size_t align);
 /* count * size bytes, zeroed; NULL with ENOMEM also when the product overflows. */
 FLATMALLOC_API void *flatmalloc_arena_calloc(flatmalloc_arena *arena, size_t count, size_t size, size_t align);
-/* The arena's first member (the rest is private): the next free byte of its current slab and
- * the slab's end, 0 when every allocation must take the library's call (checking mode,
- * Valgrind, the heap profiler). flatmalloc_arena_alloc_inline bumps it in the caller. */
+/* The start of an arena's record (the rest is private), which lives in flatmalloc's meta area,
+ * below the heap, where no write into or past a block reaches it: the next free byte of its
+ * current slab and the slab's end (0 when every allocation must take the library's call:
+ * checking mode, Valgrind, the heap profiler), and the arena's live handle (0: none). A handle
+ * is no address: it is the record's address with bit 63 set and a generation in its spare bits
+ * (FLATMALLOC_ARENA_CURSOR_MASK clears them), so a handle retired by destroy never matches the
+ * record's id again, and NULL or a pointer to memory (bit 63 clear) never does. */
 struct flatmalloc_arena_cursor {
-  uintptr_t bump, end;
+  uintptr_t bump, end, id;
 };
+#define FLATMALLOC_ARENA_CURSOR_MASK ((uintptr_t)0x0000ffffffffffc0)
 /* The bump alone: NULL when the current slab has no room (or the alignment is bad). */
 static inline void *flatmalloc_arena_bump(struct flatmalloc_arena_cursor *c, size_t size, size_t align) {
   uintptr_t p = (c->bump + align - 1) & ~(uintptr_t)(align - 1), e = p + size;
@@ -85,10 +92,24 @@ static inline void *flatmalloc_arena_bump(struct flatmalloc_arena_cursor *c, siz
   return NULL;
 }
 /* flatmalloc_arena_alloc with its common case inlined in the caller (the parser write-up's
- * allocator and the C++ header use it). */
+ * allocator and the C++ header use it): a value with bit 63 set bumps the cursor of the record
+ * it names, which no write into the heap reaches; anything else (NULL, a pointer to memory),
+ * and every case the bump cannot serve, takes flatmalloc_arena_alloc, which checks the handle
+ * and stops the program with one line when it is no live arena's. The generation is checked
+ * there, not here: a destroyed arena's handle takes the call (its record's end is 0) unless a
+ * new arena took the record, whose current slab it then bumps (use flatmalloc_arena_alloc where
+ * a handle may outlive its arena). A value with bit 63 set that no create returned may fault. */
 static inline void *flatmalloc_arena_alloc_inline(flatmalloc_arena *arena, size_t size, size_t align) {
-  void *p = flatmalloc_arena_bump((struct flatmalloc_arena_cursor *)(void *)arena, size, align);
-  return __builtin_expect(p != NULL, 1) ? p : flatmalloc_arena_alloc(arena, size, align);
+  uintptr_t h = (uintptr_t)arena;
+  if (__builtin_expect((intptr_t)h < 0, 1)) {
+    struct flatmalloc_arena_cursor *c = (struct flatmalloc_arena_cursor *)(h & FLATMALLOC_ARENA_CURSOR_MASK);
+    uintptr_t p = (c->bump + align - 1) & ~(uintptr_t)(align - 1), e = p + size;
+    if (__builtin_expect(e <= c->end && e > p && align - 1 < ((size_t)1 << 20) && !(align & (align - 1)), 1)) {
+      c->bump = e;
+      return (void *)p;
+    }
+  }
+  return flatmalloc_arena_alloc(arena, size, align);
 }
 /* Releases every allocation: the next allocation of the same size returns the arena's first
  * address again. */

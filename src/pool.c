@@ -24,12 +24,12 @@ static cold __attribute__((noreturn)) void too_small(size_t size) {
                "pool too small (it needs room for its tables and one span of the largest class)");
 }
 
-/* [ state shadows | class magics | lines | run records | pages bitmap | size -> class | tags | inboxes | shards | transfer caches ] heap
+/* [ state shadows | class magics | lines | run records | pages bitmap | arenas | size -> class | tags | inboxes | shards | transfer caches ] heap
  * The pool is the heap: its tables come on top, in the same reservation, so that a pool of N
  * bytes holds N bytes of blocks. The heap starts on a chunk boundary after them, so every span
  * is aligned to the chunk size. */
 struct layout {
-  size_t nchunks, nshards, shadow_off[FM_SHADOWS], line_off, rec_off, pages_off, tab_off, tag_off, inbox_off, shard_off, xfer_off, meta;
+  size_t nchunks, nshards, shadow_off[FM_SHADOWS], line_off, rec_off, pages_off, arena_off, tab_off, tag_off, inbox_off, shard_off, xfer_off, meta;
   uint32_t inbox_n;
 };
 
@@ -58,7 +58,8 @@ static void layout_of(size_t size, struct layout *L) {
   L->line_off = align_up(off, 64) + FM_MAGICS * sizeof(uint64_t);   /* the magics below them (fm_magic) */
   L->rec_off = align_up(L->line_off + L->nchunks * sizeof(struct fm_line), 64);
   L->pages_off = align_up(L->rec_off + L->nchunks * sizeof(struct fm_run), 64);
-  L->tab_off = align_up(L->pages_off + (L->nchunks + 63) / 64 * 8, 64);
+  L->arena_off = align_up(L->pages_off + (L->nchunks + 63) / 64 * 8, 64);   /* committed with the per-chunk tables */
+  L->tab_off = align_up(L->arena_off + (L->nchunks / FM_ARENA_CHUNKS + 1) * FM_ARENA_REC, 64);
   L->tag_off = align_up(L->tab_off + ntab, 64);
   /* the tags' inboxes: 1/64 of the pool at most (under a Valgrind tool no thread holds a tag) */
   L->inbox_n = FM_INBOX_MAX;
@@ -96,6 +97,7 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
   P->tags = (struct fm_tag *)(base + L->tag_off);
   P->inbox = (struct fm_slot *)(base + L->inbox_off);
   P->inbox_n = L->inbox_n;
+  P->arenas = (void *)(base + L->arena_off);
   P->nshards = (unsigned)L->nshards;
   P->cpus = os_cpus();
   P->xfer = (struct fm_blk *)(base + L->xfer_off);

@@ -320,6 +320,7 @@ static bool commit_to(uint32_t to) {
       return false;
   if (!commit_entries(fm_pool.line, sizeof *fm_pool.line, H.committed, want) || !commit_entries(H.rec, sizeof *H.rec, H.committed, want) ||
       !commit_entries(H.pages, 1, H.committed / 8, (want + 63) / 8) ||
+      !commit_entries(fm_pool.arenas, FM_ARENA_REC, H.committed / FM_ARENA_CHUNKS, want / FM_ARENA_CHUNKS + 1) ||
       !os_commit((void *)(fm_pool.heap_base + ((uintptr_t)H.committed << FM_CHUNK_SHIFT)),
                  (size_t)(want - H.committed) << FM_CHUNK_SHIFT))
     return false;

@@ -220,9 +220,13 @@ static void work_note(struct fm_tcache *tc) {
  * (one compare-exchange for a whole outbox) and writes them; the holder takes them from the
  * head, in order, and stops at a slot reserved but not yet written. A slot is zeroed when
  * taken, before the head passes it, so a reservation always finds its slots empty. When the
- * inbox is full the blocks go on the tag's remote stack, linked through their first words. Each
- * link is mangled with a keyed mix of the block's own address: one read of a freed block (even
- * the last of a stack, whose link is 0) gives neither key, and the owner checks every entry's
+ * inbox is full the blocks go on the tag's remote stack, linked through their first words: the
+ * link, and a hint (the block FM_AHEAD on, for the drain to fetch early). Each word is masked
+ * with its own keyed mix of the block's own address (struct link_masks), and no word holds a
+ * value a reader could know: the end of the stack and a hint past the end of a batch are
+ * LINK_END, a per-process value that is no address. So one read of a freed block gives no
+ * address and no mask (at 85c21b6 the two masks were m and ~m and the hint past a batch's end
+ * 0: such a block gave its mask and its link in plain), and the owner checks every entry's
  * state before it trusts the link. */
 #define INBOX_HOLE 1u   /* a slot a fork's other threads reserved and will never write */
 
@@ -233,11 +237,18 @@ static struct fm_slot *inbox(const struct fm_tag *t) { return fm_pool.inbox + (s
 static uintptr_t slot_p(const void *p, unsigned c) { return (uintptr_t)p | (uintptr_t)(c + 1) << FM_SLOT_CLASS; }
 static void *slot_block(uintptr_t v) { return (void *)(v & (((uintptr_t)1 << FM_SLOT_CLASS) - 1)); }
 
-static uintptr_t mix(const void *p) {
+/* The masks of a block's two words: one keyed mix of its address, two multipliers. */
+struct link_masks {
+  uintptr_t link, hint;
+};
+static struct link_masks masks(const void *p) {
   uint64_t x = ((uintptr_t)p ^ fm_pool.key) * 0x9e3779b97f4a7c15ull;
-  x = (x ^ x >> 29) * fm_pool.link_key;
-  return x ^ x >> 32;
+  x ^= x >> 29;
+  uint64_t a = x * fm_pool.link_key, b = x * (fm_pool.key | 1);
+  return (struct link_masks){a ^ a >> 32, b ^ b >> 32};
 }
+/* The end of a stack or of a batch's hints: random, bit 63 set (no address), per process. */
+#define LINK_END ((fm_pool.link_key ^ fm_pool.key) | (uintptr_t)1 << 63)
 
 static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st);
 
@@ -293,8 +304,10 @@ static uint32_t stack_take(struct fm_tag *t, struct fm_tcache *to, uint32_t most
     fm_st *st;
     int c = class_find(p, &st);
     if (c < 0) fault_stop("a block freed by another thread was damaged (written after free)", p, class_at(p));
-    uintptr_t next = *(uintptr_t *)p ^ mix(p);   /* p starts a block: its link may be read (and waited on) while its state is */
-    drain_prefetch(((uintptr_t *)p)[1] ^ ~mix(p));
+    struct link_masks m = masks(p);
+    uintptr_t next = *(uintptr_t *)p ^ m.link;   /* p starts a block: its link may be read (and waited on) while its state is */
+    if (next == LINK_END) next = 0;
+    drain_prefetch(((uintptr_t *)p)[1] ^ m.hint);   /* LINK_END: in no span, not fetched */
     remote_home(to, p, c, st);                   /* (a state not REMOTE stops here, before the link is followed) */
     __atomic_store_n(&t->pending, next, __ATOMIC_RELAXED);
   }
@@ -348,14 +361,16 @@ static void remote_send(struct fm_tag *owner, const struct fm_blk *b, uint32_t n
     uint32_t head = atomic_load_explicit(&owner->head, memory_order_acquire);
     if (tail + n - head > fm_pool.inbox_n) {
       for (uint32_t j = 0; j < n; j++) {   /* a link, and a hint of the block FM_AHEAD on for the drain to fetch early */
-        uintptr_t *w = slot_block((uintptr_t)b[j].p), m = mix(w);
-        if (j + 1 < n) w[0] = (uintptr_t)slot_block((uintptr_t)b[j + 1].p) ^ m;
-        w[1] = (j + FM_AHEAD < n ? (uintptr_t)slot_block((uintptr_t)b[j + FM_AHEAD].p) : 0) ^ ~m;
+        uintptr_t *w = slot_block((uintptr_t)b[j].p);
+        struct link_masks m = masks(w);
+        if (j + 1 < n) w[0] = (uintptr_t)slot_block((uintptr_t)b[j + 1].p) ^ m.link;
+        w[1] = (j + FM_AHEAD < n ? (uintptr_t)slot_block((uintptr_t)b[j + FM_AHEAD].p) : LINK_END) ^ m.hint;
       }
       uintptr_t *last = slot_block((uintptr_t)b[n - 1].p), h = atomic_load_explicit(&owner->remote, memory_order_relaxed);
+      uintptr_t last_mask = masks(last).link;
       do {
         fm_count(CNT_RMW);
-        *last = h ^ mix(last);
+        *last = (h ? h : LINK_END) ^ last_mask;
       } while (!atomic_compare_exchange_weak(&owner->remote, &h, (uintptr_t)slot_block((uintptr_t)b[0].p)));
       break;
     }

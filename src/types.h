@@ -123,7 +123,11 @@
  * ARENA (arena.c). For programs that link flatmalloc: bump allocation through slabs, each a
  * run of kind RUN_ARENA taken from the heap as a large block is (64 KiB doubling to 1 MiB;
  * an allocation above 256 KiB is a run of its own). The slabs are chained in their run
- * records, the arena's own struct opens the first one. A reset rewinds to the first slab in
+ * records, each record naming its arena. The arena's own state (cursor, chain, counters) is a
+ * record of FM_ARENA_REC bytes in the meta area, one per FM_ARENA_CHUNKS chunks, found from its
+ * first slab's chunk (two first slabs never share one), so no write into the heap reaches it;
+ * the handle a program holds is that record's address with a generation in its spare bits,
+ * which destroy retires. A reset rewinds to the first slab in
  * O(1) and keeps the chain up to the arena's cap, giving back only the slabs over it and the
  * runs of their own; a run given back is a free run like any other. Its chunks are in no
  * span, so free() of an arena pointer fails the block test and stops in the slow path.
@@ -247,6 +251,11 @@ struct fm_slot {
 };
 #define FM_SLOT_CLASS 56u   /* addresses of user space stay below 2^56 */
 
+/* Arenas (arena.c): a record of the arena's state per FM_ARENA_CHUNKS chunks of the heap, in the
+ * meta area (fm_pool.arenas); an arena's first slab, at least FM_ARENA_CHUNKS chunks, picks it. */
+#define FM_ARENA_CHUNKS 4u
+#define FM_ARENA_REC 192u
+
 /* An owner tag (ONE WRITER PER STATE): a LIVE value a thread holds while it runs, and where
  * other threads free the blocks handed out with it: its inbox, a ring of fm_pool.inbox_n
  * blocks in the meta area (the holder takes them without reading the blocks or looking them up,
@@ -342,7 +351,7 @@ struct fm_run {
   uint32_t bucket;     /* spans: occupancy bucket, FM_BUCKETS when full */
   uint32_t hw;         /* spans: blocks below this were handed out at least once */
   uint32_t clean;      /* free runs: chunks below this hold no pages (a release stopped here) */
-  uint32_t shard;      /* spans: the shard of its class that owns it */
+  uint32_t shard;      /* spans: the shard of its class that owns it; arena runs: the arena's record + 1 */
   uint32_t since;      /* free runs with pages: when they joined the release FIFO (ms, truncated) */
   uint32_t pad;
 };
@@ -396,6 +405,7 @@ struct fm_pool {
   struct fm_blk *xfer;       /* the shards' transfer caches, FM_XFER blocks each (class.c) */
   struct fm_tag *tags;       /* FM_TAGS of them */
   struct fm_slot *inbox;     /* their inboxes, inbox_n slots each */
+  void *arenas;              /* the arenas' records, FM_ARENA_REC bytes each, 64-aligned (arena.c) */
   uint32_t inbox_n;          /* a power of two: 1/64 of the pool for all, within [FM_OUTBOX, FM_INBOX_MAX] */
   _Atomic uint32_t tags_used;
   _Atomic uint32_t tags_free;     /* unused tags waiting in tcache.c's FIFO */

@@ -192,7 +192,7 @@ static void expect_stop(const char *name, void (*fn)(void), const char *want) {
   int status;
   waitpid(pid, &status, 0);
   CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "%s: no SIGABRT (status %#x), stderr: %s", name, status, buf);
-  bool arena_ptr = strncmp(want, "flatmalloc_arena_", 17) != 0;   /* the line says where the pointer lies */
+  bool arena_ptr = strstr(want, "arena allocation") != NULL;   /* the line says where the pointer lies */
   CHECK(strstr(buf, want) && (!arena_ptr || strstr(buf, "(arena)\n")) && strchr(buf, '\n') == buf + strlen(buf) - 1,
         "%s: stderr is not one line with '%s'%s: %s", name, want, arena_ptr ? " ending '(arena)'" : "", buf);
   printf("%s: %s", name, buf);
@@ -212,10 +212,148 @@ static void free_arena_odd(void) {
 static void free_arena_big(void) { free(flatmalloc_arena_alloc(flatmalloc_arena_create(0), 2u << 20, 16)); }
 static void realloc_arena(void) { sink = realloc(flatmalloc_arena_alloc(flatmalloc_arena_create(0), 64, 16), 128); }
 static void usable_arena(void) { sink = (void *)malloc_usable_size(flatmalloc_arena_alloc(flatmalloc_arena_create(0), 64, 16)); }
-static void free_the_arena(void) { free(flatmalloc_arena_create(0)); }
+static void free_the_arena(void) { free(flatmalloc_arena_create(0)); }   /* a handle is no address */
 static void reset_not_arena(void) {
   void *p = malloc(4096);
   flatmalloc_arena_reset((flatmalloc_arena *)p);
+}
+
+/* ---- handles: every call checks its handle; a bad one stops with one line naming the call, ---
+ * before anything changes (a SIGABRT handler in the child checks the heap and the bytes in
+ * use, and reports on a pipe) */
+static int after_fd = -1;
+static size_t in_use_before;
+static void after_stop(int sig) {
+  (void)sig;
+  char line[96];
+  int n = snprintf(line, sizeof line, "heap_check=%d in_use_delta=%lld\n", flatmalloc_heap_check(),
+                   (long long)pool_in_use() - (long long)in_use_before);
+  if (write(after_fd, line, (size_t)n) < 0) _exit(4);
+  signal(SIGABRT, SIG_DFL);
+}
+
+/* A child runs fn, which must stop with one line naming `want` and change nothing in the heap. */
+static void expect_clean_stop(const char *name, void (*fn)(void), const char *want) {
+  int fd[2];
+  CHECK(pipe(fd) == 0, "pipe");
+  after_fd = fd[1];
+  expect_stop(name, fn, want);
+  close(fd[1]);
+  char buf[256];
+  ssize_t n = read(fd[0], buf, sizeof buf - 1);
+  close(fd[0]);
+  buf[n > 0 ? n : 0] = 0;
+  CHECK(!strcmp(buf, "heap_check=0 in_use_delta=0\n"), "%s: after the stop the heap changed: %s", name, buf[0] ? buf : "(no report)\n");
+}
+
+enum { H_NULL, H_STACK, H_MALLOC, H_ZEROED, H_INTERIOR, H_NEXT_RECORD, H_DESTROYED, H_STALE, H_FORGED, H_KINDS };
+static const char *const h_name[] = {"NULL", "a stack address", "a malloc'd block", "a zeroed buffer", "an interior pointer (handle + 8)",
+                                     "the next record (handle + 192)", "a destroyed arena", "a stale handle whose record was reused",
+                                     "a forged value with bit 63 set"};
+enum { C_ALLOC, C_INLINE, C_CALLOC, C_RESET, C_DESTROY, C_STATS, C_CALLS };
+static const char *const c_name[] = {"flatmalloc_arena_alloc", "flatmalloc_arena_alloc_inline", "flatmalloc_arena_calloc",
+                                     "flatmalloc_arena_reset", "flatmalloc_arena_destroy", "flatmalloc_arena_stats"};
+static int h_kind, c_kind;
+
+static flatmalloc_arena *bad_handle(char *local) {
+  flatmalloc_arena *a = flatmalloc_arena_create(0), *b;
+  CHECK(a && flatmalloc_arena_alloc(a, 100, 16), "create");
+  switch (h_kind) {
+    case H_NULL: return NULL;
+    case H_STACK: return (flatmalloc_arena *)(void *)local;
+    case H_MALLOC: return memset(malloc(4096), 0x5a, 4096);
+    case H_ZEROED: return calloc(1, 4096);
+    case H_INTERIOR: return (flatmalloc_arena *)((char *)a + 8);
+    case H_NEXT_RECORD: return (flatmalloc_arena *)((char *)a + 192);
+    case H_DESTROYED: flatmalloc_arena_destroy(a); return a;
+    case H_STALE:
+      flatmalloc_arena_destroy(a);
+      b = flatmalloc_arena_create(0);
+      CHECK(b && b != a && ((uintptr_t)b & FLATMALLOC_ARENA_CURSOR_MASK) == ((uintptr_t)a & FLATMALLOC_ARENA_CURSOR_MASK),
+            "the new arena %p did not take the destroyed one's record (%p): the case tests nothing", (void *)b, (void *)a);
+      CHECK(flatmalloc_arena_alloc(b, 64, 16), "the new arena works");
+      return a;
+    default: return (flatmalloc_arena *)(((uintptr_t)1 << 63) | 0x10000);
+  }
+}
+
+static void bad_call(void) {
+  char local[256];   /* the stack address */
+  memset(local, 0, sizeof local);
+  flatmalloc_arena *h = bad_handle(local);
+  struct flatmalloc_arena_stats s;
+  in_use_before = pool_in_use();
+  signal(SIGABRT, after_stop);
+  switch (c_kind) {
+    case C_ALLOC: sink = flatmalloc_arena_alloc(h, 64, 16); break;
+    case C_INLINE: sink = flatmalloc_arena_alloc_inline(h, 64, 16); break;
+    case C_CALLOC: sink = flatmalloc_arena_calloc(h, 4, 16, 16); break;
+    case C_RESET: flatmalloc_arena_reset(h); break;
+    case C_DESTROY: flatmalloc_arena_destroy(h); break;
+    default: flatmalloc_arena_stats(h, &s); break;
+  }
+}
+
+/* The inline bump checks no generation (the library's calls do): a stale handle whose record a
+ * new arena took, or a handle's bits changed below the record's alignment, bump the arena that
+ * holds the record, never memory outside its slabs. */
+static void inline_unchecked(void) {
+  flatmalloc_arena *a = flatmalloc_arena_create(0);
+  flatmalloc_arena_destroy(a);
+  flatmalloc_arena *b = flatmalloc_arena_create(0);
+  CHECK(((uintptr_t)b & FLATMALLOC_ARENA_CURSOR_MASK) == ((uintptr_t)a & FLATMALLOC_ARENA_CURSOR_MASK), "b did not take a's record");
+  char *q = flatmalloc_arena_alloc(b, 64, 16), *p = flatmalloc_arena_alloc_inline(a, 64, 16);
+  CHECK(p == q + 64, "the stale handle's inline bump returned %p, not b's next bytes %p", (void *)p, (void *)(q + 64));
+  char *r = flatmalloc_arena_alloc_inline((flatmalloc_arena *)((char *)b + 8), 64, 16);
+  CHECK(r == p + 64, "handle + 8: the inline bump returned %p, not b's next bytes %p", (void *)r, (void *)(p + 64));
+  flatmalloc_arena_destroy(b);
+  printf("inline bump of a stale handle whose record a new arena took, and of handle + 8: that arena's next bytes: ok\n");
+}
+
+static void handles(bool checking) {
+  int n = 0;
+  for (c_kind = 0; c_kind < C_CALLS; c_kind++)
+    for (h_kind = 0; h_kind < H_KINDS; h_kind++) {
+      /* destroy(NULL) does nothing, as free(NULL); the inline bump reads a value with bit 63 set */
+      if ((c_kind == C_DESTROY && h_kind == H_NULL) || (c_kind == C_INLINE && h_kind == H_FORGED)) continue;
+      if (c_kind == C_INLINE && (h_kind == H_STALE || h_kind == H_INTERIOR) && !checking) continue;   /* inline_unchecked() */
+      const char *call = c_kind == C_INLINE ? c_name[C_ALLOC] : c_name[c_kind];
+      char name[160], want[96];
+      snprintf(name, sizeof name, "%s of %s", c_name[c_kind], h_name[h_kind]);
+      snprintf(want, sizeof want, "%s of a handle that is not a live arena", call);
+      expect_clean_stop(name, bad_call, want);
+      n++;
+    }
+  size_t before = pool_in_use();
+  flatmalloc_arena_destroy(NULL);
+  CHECK(flatmalloc_heap_check() == 0 && pool_in_use() == before, "destroy(NULL) changed the heap");
+  printf("handles: %d bad handle and call pairs each stop with the call's line, the heap unchanged; destroy(NULL) does nothing: ok\n", n);
+}
+
+/* ---- a damaged record: written in place through the handle (no write into the heap reaches it) */
+static _Alignas(64) unsigned char target[1024];
+static int damage_kind;
+static void damaged_call(void) {
+  flatmalloc_arena *a = flatmalloc_arena_create(0);
+  for (int i = 0; i < 100; i++) memset(flatmalloc_arena_alloc(a, 100, 16), 1, 100);
+  struct flatmalloc_arena_cursor *c = (struct flatmalloc_arena_cursor *)((uintptr_t)a & FLATMALLOC_ARENA_CURSOR_MASK);
+  c->bump = (uintptr_t)target;   /* the cursor aimed at a global, and its end past it */
+  if (c->end) c->end = (uintptr_t)target + sizeof target;
+  memset(target, 0x3c, sizeof target);
+  signal(SIGABRT, SIG_DFL);
+  switch (damage_kind) {
+    case 0: sink = flatmalloc_arena_alloc(a, 1u << 20, 16); break;   /* past the bump: the checks */
+    case 1: flatmalloc_arena_reset(a); break;
+    case 2: flatmalloc_arena_destroy(a); break;
+    default: { struct flatmalloc_arena_stats s; flatmalloc_arena_stats(a, &s); } break;
+  }
+  for (size_t i = 0; i < sizeof target; i++) CHECK(target[i] == 0x3c, "the call wrote into the target");
+}
+static void damaged_state(void) {
+  static const char *const want[] = {"flatmalloc_arena_alloc: the arena's state is damaged", "flatmalloc_arena_reset: the arena's state is damaged",
+                                     "flatmalloc_arena_destroy: the arena's state is damaged", "flatmalloc_arena_stats: the arena's state is damaged"};
+  for (damage_kind = 0; damage_kind < 4; damage_kind++) expect_stop(want[damage_kind], damaged_call, want[damage_kind]);
+  printf("a cursor moved outside the arena's slabs: every call stops before using it (a reset writes nothing): ok\n");
 }
 
 /* checking mode */
@@ -318,8 +456,11 @@ int main(int argc, char **argv) {
   expect_stop("free of an arena's own run", free_arena_big, "free of an arena allocation");
   expect_stop("realloc of an arena pointer", realloc_arena, "realloc of an arena allocation");
   expect_stop("malloc_usable_size of an arena pointer", usable_arena, "malloc_usable_size of an arena allocation");
-  expect_stop("free of the arena itself", free_the_arena, "free of an arena allocation");
-  expect_stop("reset of a malloc block", reset_not_arena, "flatmalloc_arena_reset of a pointer that is not an arena");
+  expect_stop("free of an arena's handle", free_the_arena, "free of a pointer not allocated by flatmalloc");
+  expect_stop("reset of a malloc block", reset_not_arena, "flatmalloc_arena_reset of a handle that is not a live arena");
+  handles(checking);
+  if (!checking) inline_unchecked();
+  damaged_state();
   if (checking) {
     expect_stop("overrun", overrun, "write past the end of an arena allocation");
     expect_stop("overrun of an own run", overrun_big, "write past the end of an arena allocation");

@@ -312,6 +312,127 @@ static void probe_calloc_large_fresh(void)
     live_verify();
 }
 
+/* ---- arenas (issue 44): a stray write next to an arena cannot aim its cursor ------------- */
+typedef struct flatmalloc_arena flatmalloc_arena;
+static struct {
+    flatmalloc_arena *(*create)(size_t);
+    void *(*alloc)(flatmalloc_arena *, size_t, size_t);
+    void (*reset)(flatmalloc_arena *);
+    void (*destroy)(flatmalloc_arena *);
+} A;
+
+static void arena_api(void)
+{
+    *(void **)&A.create = dlsym(RTLD_DEFAULT, "flatmalloc_arena_create");
+    *(void **)&A.alloc = dlsym(RTLD_DEFAULT, "flatmalloc_arena_alloc");
+    *(void **)&A.reset = dlsym(RTLD_DEFAULT, "flatmalloc_arena_reset");
+    *(void **)&A.destroy = dlsym(RTLD_DEFAULT, "flatmalloc_arena_destroy");
+    if (!A.create || !A.alloc || !A.reset || !A.destroy)
+        harm("the flatmalloc_arena_* calls are not exported");
+}
+
+/* The arena's first slab right after a large block (the block's usable end is the slab's
+ * first byte); then {target, target + 512} written at `at` bytes from that first byte (the
+ * block's 16-byte overflow, or 192 bytes below the first allocation), where the arena's cursor
+ * was at 85c21b6. Every arena allocation must stay in the first slab, before and after a
+ * reset. */
+static void arena_stray(long at)
+{
+    arena_api();
+    unsigned char *m = malloc(300000);
+    if (!m)
+        harm("malloc(300000) returned NULL");
+    size_t u = malloc_usable_size(m);
+    flatmalloc_arena *a = A.create(0);
+    if (!a)
+        harm("flatmalloc_arena_create returned NULL");
+    unsigned char *first = A.alloc(a, 64, 16);
+    /* the slab's first byte: the first allocation's (checking mode: its header's) */
+    unsigned char *slab = (unsigned char *)((uintptr_t)first & ~(uintptr_t)(16384 - 1));
+    if (!first || slab < m + u || slab - (m + u) >= 16384)
+        harm("the arena's first slab (allocation %p) does not start where the block's run ends (usable end %p): the probe tests "
+             "nothing", (void *)first, (void *)(m + u));
+    memset(first, 1, 64);
+    uintptr_t plant[2] = {(uintptr_t)(global_target + 64), (uintptr_t)(global_target + 64 + 512)};
+    memcpy(at ? first + at : slab, plant, sizeof plant);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 200; i++) {
+            unsigned char *p = A.alloc(a, 64, 16);
+            if (!p || p < first || p + 64 > first + (64u << 10))
+                harm("flatmalloc_arena_alloc returned %p, outside the arena's first slab %p..%p", (void *)p,
+                     (void *)first, (void *)(first + (64u << 10)));
+            if (overlaps(p, 64, global_target, sizeof global_target))
+                harm("flatmalloc_arena_alloc returned %p, the attacker's target", (void *)p);
+            memset(p, 2, 64);
+        }
+        A.reset(a);
+    }
+    A.destroy(a);
+}
+static void probe_arena_overflow(void) { arena_stray(0); }
+static void probe_arena_underflow(void) { arena_stray(-192); }
+
+/* ---- the remote stack's words (issue 44): blocks freed by another thread that wait for their
+ * owner hold no heap address and no mask that decodes one, at the end of a batch too ---------- */
+enum { RS_N = 20000 };
+static unsigned char *rs_block[RS_N];
+static uintptr_t rs_sorted[RS_N];
+
+static void *rs_free_all(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < RS_N; i++)
+        free(rs_block[i]);
+    return NULL;
+}
+static int cmp_uptr(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A heap address: any block's, or anything within 1 MiB of the blocks. */
+static bool heapish(uintptr_t v)
+{
+    return v - (rs_sorted[0] - (1u << 20)) < rs_sorted[RS_N - 1] - rs_sorted[0] + (2u << 20) ||
+           bsearch(&v, rs_sorted, RS_N, sizeof v, cmp_uptr);
+}
+
+static void probe_remote_stack_words(void)
+{
+    /* this thread allocates (its blocks carry its tag); another frees them all while this one
+     * makes no call, so they wait on this thread's inbox and, past it, its remote stack */
+    for (int i = 0; i < RS_N; i++) {
+        rs_block[i] = malloc(64);
+        if (!rs_block[i])
+            harm("malloc(64) returned NULL");
+        memset(rs_block[i], 0, 64);
+        rs_sorted[i] = (uintptr_t)rs_block[i];
+    }
+    qsort(rs_sorted, RS_N, sizeof rs_sorted[0], cmp_uptr);
+    pthread_t t;
+    if (pthread_create(&t, NULL, rs_free_all, NULL) || pthread_join(t, NULL))
+        harm("pthread_create");
+    int written = 0;
+    for (int i = 0; i < RS_N; i++) {
+        uintptr_t w[2];
+        memcpy(w, rs_block[i], sizeof w);   /* one 16-byte read of a freed block */
+        written += w[0] || w[1];
+        /* the words themselves, and each decoded by anything the same read gives */
+        uintptr_t key[] = {0, w[0], w[1], ~w[0], ~w[1]};
+        for (int k = 0; k < 5; k++)
+            for (int j = 0; j < 2; j++)
+                if (heapish(w[j] ^ key[k]))
+                    harm("freed block %p (of %d freed by another thread) reads %#lx %#lx: word %d decoded with %#lx gives the heap "
+                         "address %#lx", (void *)rs_block[i], RS_N, (unsigned long)w[0], (unsigned long)w[1], j,
+                         (unsigned long)key[k], (unsigned long)(w[j] ^ key[k]));
+    }
+    const char *mode = getenv("FLATMALLOC_CHECK");
+    if (!(mode && strcmp(mode, "1") == 0) && written < RS_N / 4)
+        harm("only %d of %d blocks freed by another thread were written: the probe tests nothing", written, RS_N);
+    printf("%d of %d blocks freed by another thread were written (on the remote stack), none reads as a heap address\n", written, RS_N);
+}
+
 struct probe {
     const char *name;
     void (*run)(void);
@@ -329,6 +450,9 @@ static const struct probe probes[] = {
     {"free-never-handed-out", probe_free_never_handed_out},
     {"double-free-after-4", probe_double_free_after_4},
     {"calloc-large-fresh", probe_calloc_large_fresh},
+    {"arena-overflow", probe_arena_overflow},
+    {"arena-underflow", probe_arena_underflow},
+    {"remote-stack-words", probe_remote_stack_words},
 };
 
 /* ---- the parent ---------------------------------------------------------------------------- */
@@ -409,6 +533,7 @@ int main(int argc, char **argv)
     if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
         if (en)
             FAIL("%s: exited 0 (harmless) but wrote on stderr:\n%s", p->name, e);
+        fputs(o, stdout);   /* what the probe saw */
         printf("ok %s: harmless (no attacker address, no block handed out twice, targets untouched)\n", p->name);
         return 0;
     }

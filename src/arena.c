@@ -329,6 +329,7 @@ flatmalloc_arena *flatmalloc_arena_create(size_t keep) {
   a->magic = magic_of(a);
   span_rec((uint32_t)i)->next = 0;
   if (a->pool) VALGRIND_CREATE_MEMPOOL(a, ARENA_REDZONE, 0);   /* memcheck names an overrun "after a block" */
+  if (a->pool) vg_arena_made(a, sizeof *a);   /* vg.h */
   slab_use(a, (uint32_t)i);
   if (a->checked) end_mark(a);
   held_add(a, a->chain);
@@ -404,6 +405,7 @@ void flatmalloc_arena_destroy(flatmalloc_arena *a) {
     n = next;
   }
   if (a->pool) VALGRIND_DESTROY_MEMPOOL(a);
+  if (a->pool) vg_arena_gone(a, sizeof *a);
   a->magic = 0;
   atomic_fetch_sub_explicit(&T.live, 1, memory_order_relaxed);
   run_give(a, first);

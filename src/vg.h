@@ -124,6 +124,19 @@ hidden extern enum vg_tool vg_running;
     else if (vg_running == VG_DRD) VALGRIND_DRD_IGNORE((p), (size));                           \
   } while (0)
 
+/* memcheck, arenas (arena.c): an arena is a mempool, its allocations the pool's chunks, and
+ * its own state a malloc-like block, described from flatmalloc_arena_create's body (so its
+ * stack reads flatmalloc_arena_create, then the program): a leaked arena reads as a leaked
+ * malloc'd struct, and while an arena lives memcheck has a malloc-like block to start its leak
+ * search from (it skips every mempool chunk when none is live, as at exit once the pool's own
+ * block is gone). Gone, the state stays addressable for the arena's own last writes. */
+#define vg_arena_made(a, size) VALGRIND_MALLOCLIKE_BLOCK((a), (size), 0, 1)
+#define vg_arena_gone(a, size)                                                                 \
+  do {                                                                                         \
+    VALGRIND_FREELIKE_BLOCK((a), 0);                                                           \
+    (void)VALGRIND_MAKE_MEM_DEFINED((a), (size));                                              \
+  } while (0)
+
 /* How a block was allocated; a release through the wrong family is a fault. */
 enum check_kind { KIND_MALLOC, KIND_ALIGNED, KIND_NEW, KIND_NEW_ARRAY };
 

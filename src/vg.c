@@ -53,6 +53,10 @@ static struct {
   bool on;   /* memcheck: its own functions report fishy sizes and mismatched releases */
 } tool_heap;
 static bool forward;
+/* memcheck with the default pool: when the pool has no room, memcheck's own heap serves the
+ * malloc family (its blocks are then memcheck's, as in glibc's run: tool_owns). A pool the
+ * program sized itself (FLATMALLOC_POOL) gives ENOMEM as outside Valgrind. */
+static bool spill;
 
 /* A flag, not a pthread mutex: helgrind and drd see only pthread's locks, so this one orders
  * no two program threads for them (a mutex taken by every malloc and free would hide every
@@ -615,8 +619,13 @@ static void *named_malloc(size_t size) {
     uintptr_t p = vg_request(quick.call_req, 0);
     if (likely(p > NATIVE_BUSY)) return vg_malloc_told(p, size);   /* the request, then unlock */
     unlock();
+    int e = errno;
     p = (uintptr_t)native_block(size, FM_ALIGN, KIND_MALLOC, false);   /* retry, flush, errno */
-    if (!p) return NULL;
+    if (unlikely(!p)) {
+      if (!spill) return NULL;
+      errno = e;
+      return tool_heap.malloc(size);
+    }
     lock();
     return vg_malloc_told(p, size);
   }
@@ -629,7 +638,12 @@ static void *named_malloc(size_t size) {
 
 static void *named_memalign(size_t size, size_t align) {
   if (forward || fishy(size)) return tool_heap.memalign(align, size);
+  int e = errno;
   void *p = block_new(size, align, KIND_ALIGNED, false);
+  if (unlikely(!p) && spill) {
+    errno = e;
+    return tool_heap.memalign(align, size);
+  }
   if (p && !pool_gone) vg_alloced(p, size, false);
   return p;
 }
@@ -643,7 +657,14 @@ static void *named_calloc(size_t count, size_t size) {
   }
   if (likely(lean_malloc)) {   /* as named_malloc's */
     uintptr_t p = VALGRIND_NON_SIMD_CALL2(native_new, n, FM_ALIGN | KIND_MALLOC | NATIVE_ZERO);
-    if (unlikely(p <= NATIVE_BUSY)) p = (uintptr_t)native_block(n, FM_ALIGN, KIND_MALLOC, true);
+    if (unlikely(p <= NATIVE_BUSY)) {
+      int e = errno;
+      p = (uintptr_t)native_block(n, FM_ALIGN, KIND_MALLOC, true);
+      if (!p && spill) {
+        errno = e;
+        return tool_heap.calloc(count, size);
+      }
+    }
     if (likely(p)) VALGRIND_MALLOCLIKE_BLOCK(p, n, 0, 1);
     vg_scrub(p);
     return (void *)p;
@@ -719,7 +740,14 @@ static void *named_realloc(void *p, size_t size) {
       return p;
     }
     void *q = stash_take(size);
+    int e = errno;
     if (!q) q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
+    if (unlikely(!q) && spill && (q = tool_heap.malloc(size))) {   /* p moves to memcheck's heap */
+      errno = e;
+      memcpy(q, p, old < size ? old : size);
+      named_free(p);
+      return q;
+    }
     if (!q) return NULL;
     if (vg_running == VG_MEMCHECK) {   /* p is a malloc block: its release is queued there */
       lock();
@@ -958,6 +986,7 @@ void check_pool_start(void) {
     tcache_native_setup();
   }
   lean_malloc = native && vg_running == VG_MEMCHECK && !fm_pool.opt.profile;
+  spill = native && tool_heap.on && !fm_pool.opt.pool_text;
   if (lean_malloc)
     for (unsigned c = 0; c < fm_pool.nclass && fm_pool.cls[c].size <= STASH_CLASS_MAX; c++)
       if (fm_pool.cls[c].size > LEAN_LEAD) quick.stash_lim = fm_pool.cls[c].size - LEAN_LEAD + 1;

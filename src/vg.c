@@ -931,10 +931,20 @@ static void req_drd_ignore(void *a, size_t n) { VALGRIND_DRD_IGNORE(a, n); }
  * shrunk at once to one byte in memcheck's books and released at exit, so it never shows in
  * the program's heap. Returns one byte past the block's start, so that the pool's alignment
  * keeps that byte out of the pool. */
+#define VG_LOW_HOLD ((size_t)4 << 30)   /* no pool below: 32-bit garbage is never in it */
 void *check_pool_map(size_t size) {
   void *(*heap_malloc)(size_t) = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
   if (!heap_malloc) return NULL;
+  /* Valgrind maps a block this large at the lowest hole that holds it, just above its own
+   * image (at 1.5 GB): a bogus pointer such as 0x87654321 would be inside the pool, where
+   * glibc's run finds nothing. The first 4 GiB of holes are held while the block is made, in
+   * steps that memcheck does not warn about (under --track-origins=yes each byte held costs
+   * time, and that pool is small). */
+  void *hold[VG_LOW_HOLD / VG_RANGE_STEP];
+  unsigned nhold = 0;
+  while (!origins && nhold < VG_LOW_HOLD / VG_RANGE_STEP && (hold[nhold] = os_reserve(VG_RANGE_STEP, 0, 0))) nhold++;
   uint8_t *p = heap_malloc(size);
+  while (nhold) os_unreserve(hold[--nhold], VG_RANGE_STEP);
   if (!p) return NULL;
   for (size_t left = size; left > 1;) {
     size_t next = left > VG_RANGE_STEP + 1 ? left - VG_RANGE_STEP : 1;

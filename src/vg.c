@@ -902,7 +902,8 @@ bool check_setup(void) {
  * covers 64 MiB and whose second level takes about 4.6 bytes of the tool's memory and 7 ms per
  * MiB beyond: a pool of 56 MiB (61 MiB with its tables) would cost nothing more than glibc's
  * run (a 64-byte program: 156 MB against 155 MB), but a default pool is at least 64 MiB
- * (pool.c): 230 MB, 1.5x glibc's; 256 MiB cost 1.15 GB. helgrind shadows mapped memory
+ * (pool.c): 230 MB, 1.5x glibc's; 256 MiB cost 1.15 GB. So that pool stays at 64 MiB, and
+ * memcheck's own heap serves past it (spill), at glibc's cost. helgrind shadows mapped memory
  * eagerly (4 GiB of pool cost it 3 GB and 4 s), and under it the pool serves nothing (every
  * call is forwarded); drd's suppression of the pool costs it time in proportion (32 GiB:
  * 13 s). FLATMALLOC_POOL overrides each. */

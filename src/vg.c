@@ -57,6 +57,12 @@ static bool forward;
  * malloc family (its blocks are then memcheck's, as in glibc's run: tool_owns). A pool the
  * program sized itself (FLATMALLOC_POOL) gives ENOMEM as outside Valgrind. */
 static bool spill;
+/* After the pool failed a request, this many more go to memcheck's heap before the pool is
+ * tried again (frees may have made room): a full pool costs a few native calls per SPILL_RUN
+ * requests, not per request. */
+#define SPILL_RUN 64u
+unsigned vg_spill_run;
+static void spill_start(void) { __atomic_store_n(&vg_spill_run, SPILL_RUN, __ATOMIC_RELAXED); }
 
 /* A flag, not a pthread mutex: helgrind and drd see only pthread's locks, so this one orders
  * no two program threads for them (a mutex taken by every malloc and free would hide every
@@ -317,6 +323,7 @@ void vg_give_block(void) {
 /* memcheck's release function of the family of release (see take_mismatched): libc's free,
  * or libstdc++'s delete or delete[], which memcheck replaced. */
 vg_release_fn *vg_tool_release(int release) {
+  if (release == KIND_MALLOC && tool_heap.free) return tool_heap.free;
   static const char *const name[] = {[KIND_MALLOC] = "free", [KIND_NEW] = "_ZdlPv", [KIND_NEW_ARRAY] = "_ZdaPv"};
   vg_release_fn *fn = (vg_release_fn *)dlsym(RTLD_NEXT, name[release]);
   return fn ? fn : (vg_release_fn *)dlsym(RTLD_NEXT, "free");
@@ -611,6 +618,10 @@ static bool fishy(size_t size) {
  * fishy size costs the larger ones only. */
 static void *named_malloc(size_t size) {
   if (unlikely(fishy(size))) return tool_heap.malloc(size);
+  if (unlikely(__atomic_load_n(&vg_spill_run, __ATOMIC_RELAXED))) {
+    __atomic_store_n(&vg_spill_run, __atomic_load_n(&vg_spill_run, __ATOMIC_RELAXED) - 1, __ATOMIC_RELAXED);
+    return tool_heap.malloc(size);
+  }
   if (likely(lean_malloc)) {   /* memcheck, native, no profile */
     lock();
     quick.call_req[1] = (uintptr_t)native_new;
@@ -624,6 +635,7 @@ static void *named_malloc(size_t size) {
     if (unlikely(!p)) {
       if (!spill) return NULL;
       errno = e;
+      spill_start();
       return tool_heap.malloc(size);
     }
     lock();

@@ -220,6 +220,9 @@ hidden uintptr_t vg_native_resize(uintptr_t tid, uintptr_t p, uintptr_t size);  
 hidden void vg_flush_locked(void);
 hidden void vg_flush_unlock(void);   /* vg_flush_locked, then quick.flag released */
 hidden void *vg_malloc_long(size_t size);   /* vg.c's named malloc */
+/* While nonzero, the default pool was full: vg.c's malloc serves that many more requests from
+ * memcheck's heap before it tries the pool again (see "spill" in vg.c). */
+hidden extern unsigned vg_spill_run;
 /* Tells memcheck of malloc's block p of size bytes and lets go of quick.flag: every malloc of
  * the short and the long way issues its request from this one instruction, so that one call
  * site's blocks have one stack (one loss record) whatever their size. */

@@ -995,10 +995,6 @@ void check_pool_start(void) {
     vg_range(req_drd_ignore, fm_pool.base, end);
     VALGRIND_DRD_IGNORE(&fm_pool, sizeof fm_pool);
   }
-  /* memcheck reads this library's data as a root of its leak search, fm_pool.heap_base
-   * included: no block may start there (a leaked one would read as still reachable). The
-   * heap's first run goes out first, and is never given back. */
-  if (vg_running == VG_MEMCHECK && span_alloc_arena(1) != 0) fault_stop("described mode: the heap's first chunk was taken", (void *)fm_pool.heap_base, -1);
   pthread_atfork(NULL, NULL, check_after_fork);
   /* helgrind and drd: native calls make no pthread call and their memory accesses are not seen,
    * so the allocator orders no two threads for them and its bookkeeping raises nothing */

@@ -7,8 +7,9 @@
 #   bench/memcheck.sh --reps 1 --only churn,loop
 #   options: --reps N (rounds, default 5)  --only P1,P2  --out DIR  --lib PATH (default
 #            build/preload/libflatmalloc.so)  --extra NAME=PATH (another libflatmalloc build,
-#            e.g. an older one, run like flatmalloc; repeatable)
-#            programs for --only: churn loop batch realloc python sqlite
+#            e.g. an older one, run like flatmalloc; repeatable)  --cpu (the table shows CPU
+#            seconds, user + system, rather than elapsed: steadier on a shared machine)
+#            programs for --only: churn loop batch realloc python sqlite git true
 #
 # Variants, the same program and arguments in each, stdout to /dev/null:
 #   glibc        valgrind -q PROG ARGS
@@ -21,7 +22,8 @@
 # -fno-builtin);
 # python (/usr/bin/python3.11 -s -c, PYTHONMALLOC=malloc: a 100,000-entry dict of lists and
 # tuples, its items sorted by a key); sqlite (/usr/bin/sqlite3 :memory: reading a script:
-# 20,000 rows of random hex text from a recursive CTE, an index, a GROUP BY).
+# 20,000 rows of random hex text from a recursive CTE, an index, a GROUP BY); git (git log --stat
+# of this repository's 300 commits up to f46a97c, pager off); true (/bin/true: start-up alone).
 # The C programs are built into a scratch directory at each run; every library is copied there at
 # the start, so all rounds run the same build even if build/ is rebuilt meanwhile.
 #
@@ -29,7 +31,7 @@
 # each run is timed as elapsed wall time (date +%s%N around the valgrind command). The table shows
 # min and median seconds per variant and their ratios to glibc's min and median, then one line per
 # program: ok when flatmalloc's median ratio is <= 1.15, MISS otherwise. Output dir (default
-# bench/results/memcheck-<date>_<time>/): raw.csv (rep,variant,program,seconds), table.md,
+# bench/results/memcheck-<date>_<time>/): raw.csv (rep,variant,program,seconds,cpu), table.md,
 # machine.txt, logs/ (stderr of failed runs). Exits 0 on MISS; 1 if any run exited non-zero (its
 # stderr is printed and kept in logs/), 2 on bad usage.
 set -euo pipefail
@@ -41,8 +43,8 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BA
 log() { echo "memcheck-bench: $*" >&2; }
 die() { echo "memcheck-bench: $*" >&2; exit 2; }
 
-all_progs=(churn loop batch realloc python sqlite)
-reps=5 only='' out='' lib=$fm_build/preload/libflatmalloc.so extras=()
+all_progs=(churn loop batch realloc python sqlite git true)
+col=4 reps=5 only='' out='' lib=$fm_build/preload/libflatmalloc.so extras=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) [ $# -ge 2 ] || usage; reps=$2; shift ;;
@@ -50,6 +52,7 @@ while [ $# -gt 0 ]; do
     --out) [ $# -ge 2 ] || usage; out=$2; shift ;;
     --lib) [ $# -ge 2 ] || usage; lib=$2; shift ;;
     --extra) [ $# -ge 2 ] || usage; extras+=("$2"); shift ;;
+    --cpu) col=5 ;;
     -h|--help) usage ;;
     *) echo "memcheck-bench: unknown option $1" >&2; usage ;;
   esac
@@ -79,8 +82,9 @@ for e in "${extras[@]}"; do
 done
 
 # ---------- packages and programs ----------
-pkgs=(valgrind gcc)
+pkgs=(valgrind gcc time)
 has_prog sqlite && pkgs+=(sqlite3)
+has_prog git && pkgs+=(git)
 if has_prog python && [ ! -x /usr/bin/python3.11 ] && [ ! -x /usr/bin/python3 ]; then pkgs+=(python3); fi
 fm_need_packages "${pkgs[@]}" || exit 1
 # the interpreter itself: a pyenv shim in PATH is a script, which Valgrind does not follow
@@ -118,6 +122,8 @@ cmd_for() {
     churn|loop|batch|realloc) cmd=("$tmp/$1") ;;
     python) cmd=("$python" -s -c "$(cat "$tmp/dict.py")"); penv=(PYTHONMALLOC=malloc) ;;
     sqlite) cmd=(/usr/bin/sqlite3 :memory: ".read $tmp/groupby.sql") ;;
+    git) cmd=(/usr/bin/git -C "$fm_top" --no-pager log --stat -n 300 f46a97c) ;;
+    true) cmd=(/bin/true) ;;
   esac
 }
 
@@ -126,10 +132,10 @@ stamp=$(date +%Y-%m-%d_%H%M%S)
 out=${out:-$fm_top/bench/results/memcheck-$stamp}
 mkdir -p "$out/logs"
 raw=$out/raw.csv
-echo "rep,variant,program,seconds" >"$raw"
+echo "rep,variant,program,seconds,cpu" >"$raw"
 {
   echo "date: $(date -Is)"
-  echo "reps: $reps, programs: ${progs[*]}"
+  echo "reps: $reps, programs: ${progs[*]}, table: $([ "$col" = 5 ] && echo "CPU seconds (user + system)" || echo "elapsed seconds")"
   echo "nproc: $(nproc)"
   echo "load at start: $(cut -d' ' -f1 /proc/loadavg) (1-minute average)"
   echo "commit: $(git -C "$fm_top" describe --always --dirty 2>/dev/null || echo unknown)"
@@ -154,7 +160,7 @@ run_one() { # REP VARIANT PROGRAM: one timed run, its seconds appended to raw.cs
     vg+=(--soname-synonyms=somalloc=nouserintercepts)
   fi
   t0=$(date +%s%N)
-  timeout -k 10 900 "${pre[@]}" "${vg[@]}" "${cmd[@]}" </dev/null >/dev/null 2>"$tmp/err" || rc=$?
+  /usr/bin/time -f "%U %S" -o "$tmp/cpu" timeout -k 10 900 "${pre[@]}" "${vg[@]}" "${cmd[@]}" </dev/null >/dev/null 2>"$tmp/err" || rc=$?
   t1=$(date +%s%N)
   if [ "$rc" -ne 0 ]; then
     failed=$((failed + 1)) FAILS[$p]=$((${FAILS[$p]:-0} + 1))
@@ -168,7 +174,7 @@ run_one() { # REP VARIANT PROGRAM: one timed run, its seconds appended to raw.cs
     cp "$tmp/err" "$out/logs/$p-$v-$rep.err"
     log "WARNING: $p with $v (round $rep) wrote to stderr: logs/$p-$v-$rep.err"
   fi
-  echo "$rep,$v,$p,$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')" >>"$raw"
+  echo "$rep,$v,$p,$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }'),$(awk 'END { printf "%.2f", $1 + $2 }' "$tmp/cpu")" >>"$raw"
 }
 for p in "${progs[@]}"; do
   cmd_for "$p"
@@ -180,7 +186,7 @@ done
 
 # ---------- table ----------
 stat() { # PROGRAM VARIANT -> "min median", or "- -" without runs
-  awk -F, -v p="$1" -v v="$2" 'NR > 1 && $2 == v && $3 == p { print $4 }' "$raw" | sort -g |
+  awk -F, -v p="$1" -v v="$2" -v c="$col" 'NR > 1 && $2 == v && $3 == p { print $c }' "$raw" | sort -g |
     awk '{ x[NR] = $1 } END {
       if (NR == 0) { print "- -"; exit }
       m = (NR % 2) ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2

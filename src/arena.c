@@ -426,6 +426,7 @@ flatmalloc_arena *flatmalloc_arena_create(size_t keep) {
   own(a, (uint32_t)i);
   span_rec((uint32_t)i)->next = 0;
   if (a->pool) VALGRIND_CREATE_MEMPOOL(a, ARENA_REDZONE, 0);   /* memcheck names an overrun "after a block" */
+  if (a->pool) vg_arena_made(a, sizeof *a);   /* vg.h */
   slab_use(a, (uint32_t)i);
   if (a->checked) end_mark(a);
   held_add(a, a->chain);
@@ -508,6 +509,7 @@ void flatmalloc_arena_destroy(flatmalloc_arena *h) {
     n = next;
   }
   if (a->pool) VALGRIND_DESTROY_MEMPOOL(a);
+  if (a->pool) vg_arena_gone(a, sizeof *a);
   /* retired: the record keeps its generation, the next arena made in it hands out another */
   a->pos = (struct flatmalloc_arena_cursor){0, 0, 0};
   atomic_fetch_sub_explicit(&T.live, 1, memory_order_relaxed);

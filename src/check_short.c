@@ -40,7 +40,7 @@ static void *named_malloc(size_t size) {
   if (likely(size < quick.stash_lim) && likely(flag_take())) {   /* memcheck, native calls, no profile */
     unsigned c = vg_stash_class(size);
     unsigned n = quick.nstash[c];
-    if (unlikely(!n)) n = (unsigned)(native(vg_native_fill, c, size + LEAN_LEAD) >> 4);
+    if (unlikely(!n) && !__atomic_load_n(&vg_spill_run, __ATOMIC_RELAXED)) n = (unsigned)(native(vg_native_fill, c, size + LEAN_LEAD) >> 4);
     if (likely(n)) return told(vg_stash_pop(c, n, size), size);
     flag_give();   /* none left: vg.c's way hands the queue and the stash back and retries */
   }

@@ -26,6 +26,12 @@ void *os_reserve(size_t size, int prefault, int commit) {
   return p;
 }
 
+void os_unreserve(void *p, size_t size) {
+  int saved = errno;
+  munmap(p, size);
+  errno = saved;
+}
+
 bool os_commit(void *p, size_t size) {
   int saved = errno;
   bool ok = mprotect(p, size, PROT_READ | PROT_WRITE) == 0;

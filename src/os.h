@@ -11,6 +11,8 @@
  * else inaccessible until os_commit.
  * Returns NULL when the kernel refuses. */
 hidden void *os_reserve(size_t size, int prefault, int commit);
+/* Gives back [p, p+size) of a reservation of os_reserve, address space and all. */
+hidden void os_unreserve(void *p, size_t size);
 /* Makes [p, p+size) readable and writable (page multiples); false when the kernel's commit
  * limit refuses. Keeps errno. */
 hidden bool os_commit(void *p, size_t size);

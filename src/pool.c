@@ -130,7 +130,7 @@ void pool_reserve(void *(*tool_map)(size_t size), uint64_t tool_cap) {
   /* The heap is opened as it is used (mlockall then locks only that), except when prefaulted
    * and under a Valgrind tool (its own map; opened as used only where the kernel counts every
    * writable page anyway, strict overcommit). */
-  fm_pool.lazy_commit = !o->prefault && (!tool_map || os_overcommit_strict());
+  fm_pool.lazy_commit = !o->prefault && (!tool_cap || os_overcommit_strict());   /* tool_cap: any tool */
   fm_pool.realtime = o->prefault;
   void *mem = NULL;
   size_t size = o->pool;

@@ -53,6 +53,16 @@ static struct {
   bool on;   /* memcheck: its own functions report fishy sizes and mismatched releases */
 } tool_heap;
 static bool forward;
+/* memcheck with the default pool: when the pool has no room, memcheck's own heap serves the
+ * malloc family (its blocks are then memcheck's, as in glibc's run: tool_owns). A pool the
+ * program sized itself (FLATMALLOC_POOL) gives ENOMEM as outside Valgrind. */
+static bool spill;
+/* After the pool failed a request, this many more go to memcheck's heap before the pool is
+ * tried again (frees may have made room): a full pool costs a few native calls per SPILL_RUN
+ * requests, not per request. */
+#define SPILL_RUN 64u
+unsigned vg_spill_run;
+static void spill_start(void) { __atomic_store_n(&vg_spill_run, SPILL_RUN, __ATOMIC_RELAXED); }
 
 /* A flag, not a pthread mutex: helgrind and drd see only pthread's locks, so this one orders
  * no two program threads for them (a mutex taken by every malloc and free would hide every
@@ -313,6 +323,7 @@ void vg_give_block(void) {
 /* memcheck's release function of the family of release (see take_mismatched): libc's free,
  * or libstdc++'s delete or delete[], which memcheck replaced. */
 vg_release_fn *vg_tool_release(int release) {
+  if (release == KIND_MALLOC && tool_heap.free) return tool_heap.free;
   static const char *const name[] = {[KIND_MALLOC] = "free", [KIND_NEW] = "_ZdlPv", [KIND_NEW_ARRAY] = "_ZdaPv"};
   vg_release_fn *fn = (vg_release_fn *)dlsym(RTLD_NEXT, name[release]);
   return fn ? fn : (vg_release_fn *)dlsym(RTLD_NEXT, "free");
@@ -607,6 +618,10 @@ static bool fishy(size_t size) {
  * fishy size costs the larger ones only. */
 static void *named_malloc(size_t size) {
   if (unlikely(fishy(size))) return tool_heap.malloc(size);
+  if (unlikely(__atomic_load_n(&vg_spill_run, __ATOMIC_RELAXED))) {
+    __atomic_store_n(&vg_spill_run, __atomic_load_n(&vg_spill_run, __ATOMIC_RELAXED) - 1, __ATOMIC_RELAXED);
+    return tool_heap.malloc(size);
+  }
   if (likely(lean_malloc)) {   /* memcheck, native, no profile */
     lock();
     quick.call_req[1] = (uintptr_t)native_new;
@@ -615,8 +630,14 @@ static void *named_malloc(size_t size) {
     uintptr_t p = vg_request(quick.call_req, 0);
     if (likely(p > NATIVE_BUSY)) return vg_malloc_told(p, size);   /* the request, then unlock */
     unlock();
+    int e = errno;
     p = (uintptr_t)native_block(size, FM_ALIGN, KIND_MALLOC, false);   /* retry, flush, errno */
-    if (!p) return NULL;
+    if (unlikely(!p)) {
+      if (!spill) return NULL;
+      errno = e;
+      spill_start();
+      return tool_heap.malloc(size);
+    }
     lock();
     return vg_malloc_told(p, size);
   }
@@ -629,7 +650,12 @@ static void *named_malloc(size_t size) {
 
 static void *named_memalign(size_t size, size_t align) {
   if (forward || fishy(size)) return tool_heap.memalign(align, size);
+  int e = errno;
   void *p = block_new(size, align, KIND_ALIGNED, false);
+  if (unlikely(!p) && spill) {
+    errno = e;
+    return tool_heap.memalign(align, size);
+  }
   if (p && !pool_gone) vg_alloced(p, size, false);
   return p;
 }
@@ -643,7 +669,14 @@ static void *named_calloc(size_t count, size_t size) {
   }
   if (likely(lean_malloc)) {   /* as named_malloc's */
     uintptr_t p = VALGRIND_NON_SIMD_CALL2(native_new, n, FM_ALIGN | KIND_MALLOC | NATIVE_ZERO);
-    if (unlikely(p <= NATIVE_BUSY)) p = (uintptr_t)native_block(n, FM_ALIGN, KIND_MALLOC, true);
+    if (unlikely(p <= NATIVE_BUSY)) {
+      int e = errno;
+      p = (uintptr_t)native_block(n, FM_ALIGN, KIND_MALLOC, true);
+      if (!p && spill) {
+        errno = e;
+        return tool_heap.calloc(count, size);
+      }
+    }
     if (likely(p)) VALGRIND_MALLOCLIKE_BLOCK(p, n, 0, 1);
     vg_scrub(p);
     return (void *)p;
@@ -719,7 +752,14 @@ static void *named_realloc(void *p, size_t size) {
       return p;
     }
     void *q = stash_take(size);
+    int e = errno;
     if (!q) q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
+    if (unlikely(!q) && spill && (q = tool_heap.malloc(size))) {   /* p moves to memcheck's heap */
+      errno = e;
+      memcpy(q, p, old < size ? old : size);
+      named_free(p);
+      return q;
+    }
     if (!q) return NULL;
     if (vg_running == VG_MEMCHECK) {   /* p is a malloc block: its release is queued there */
       lock();
@@ -874,7 +914,8 @@ bool check_setup(void) {
  * covers 64 MiB and whose second level takes about 4.6 bytes of the tool's memory and 7 ms per
  * MiB beyond: a pool of 56 MiB (61 MiB with its tables) would cost nothing more than glibc's
  * run (a 64-byte program: 156 MB against 155 MB), but a default pool is at least 64 MiB
- * (pool.c): 230 MB, 1.5x glibc's; 256 MiB cost 1.15 GB. helgrind shadows mapped memory
+ * (pool.c): 230 MB, 1.5x glibc's; 256 MiB cost 1.15 GB. So that pool stays at 64 MiB, and
+ * memcheck's own heap serves past it (spill), at glibc's cost. helgrind shadows mapped memory
  * eagerly (4 GiB of pool cost it 3 GB and 4 s), and under it the pool serves nothing (every
  * call is forwarded); drd's suppression of the pool costs it time in proportion (32 GiB:
  * 13 s). FLATMALLOC_POOL overrides each. */
@@ -903,10 +944,20 @@ static void req_drd_ignore(void *a, size_t n) { VALGRIND_DRD_IGNORE(a, n); }
  * shrunk at once to one byte in memcheck's books and released at exit, so it never shows in
  * the program's heap. Returns one byte past the block's start, so that the pool's alignment
  * keeps that byte out of the pool. */
+#define VG_LOW_HOLD ((size_t)4 << 30)   /* no pool below: 32-bit garbage is never in it */
 void *check_pool_map(size_t size) {
   void *(*heap_malloc)(size_t) = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
   if (!heap_malloc) return NULL;
+  /* Valgrind maps a block this large at the lowest hole that holds it, just above its own
+   * image (at 1.5 GB): a bogus pointer such as 0x87654321 would be inside the pool, where
+   * glibc's run finds nothing. The first 4 GiB of holes are held while the block is made, in
+   * steps that memcheck does not warn about (under --track-origins=yes each byte held costs
+   * time, and that pool is small). */
+  void *hold[VG_LOW_HOLD / VG_RANGE_STEP];
+  unsigned nhold = 0;
+  while (!origins && nhold < VG_LOW_HOLD / VG_RANGE_STEP && (hold[nhold] = os_reserve(VG_RANGE_STEP, 0, 0))) nhold++;
   uint8_t *p = heap_malloc(size);
+  while (nhold) os_unreserve(hold[--nhold], VG_RANGE_STEP);
   if (!p) return NULL;
   for (size_t left = size; left > 1;) {
     size_t next = left > VG_RANGE_STEP + 1 ? left - VG_RANGE_STEP : 1;
@@ -954,6 +1005,7 @@ void check_pool_start(void) {
     tcache_native_setup();
   }
   lean_malloc = native && vg_running == VG_MEMCHECK && !fm_pool.opt.profile;
+  spill = native && tool_heap.on && !fm_pool.opt.pool_text;
   if (lean_malloc)
     for (unsigned c = 0; c < fm_pool.nclass && fm_pool.cls[c].size <= STASH_CLASS_MAX; c++)
       if (fm_pool.cls[c].size > LEAN_LEAD) quick.stash_lim = fm_pool.cls[c].size - LEAN_LEAD + 1;

@@ -124,6 +124,19 @@ hidden extern enum vg_tool vg_running;
     else if (vg_running == VG_DRD) VALGRIND_DRD_IGNORE((p), (size));                           \
   } while (0)
 
+/* memcheck, arenas (arena.c): an arena is a mempool, its allocations the pool's chunks, and
+ * its own state a malloc-like block, described from flatmalloc_arena_create's body (so its
+ * stack reads flatmalloc_arena_create, then the program): a leaked arena reads as a leaked
+ * malloc'd struct, and while an arena lives memcheck has a malloc-like block to start its leak
+ * search from (it skips every mempool chunk when none is live, as at exit once the pool's own
+ * block is gone). Gone, the state stays addressable for the arena's own last writes. */
+#define vg_arena_made(a, size) VALGRIND_MALLOCLIKE_BLOCK((a), (size), 0, 1)
+#define vg_arena_gone(a, size)                                                                 \
+  do {                                                                                         \
+    VALGRIND_FREELIKE_BLOCK((a), 0);                                                           \
+    (void)VALGRIND_MAKE_MEM_DEFINED((a), (size));                                              \
+  } while (0)
+
 /* How a block was allocated; a release through the wrong family is a fault. */
 enum check_kind { KIND_MALLOC, KIND_ALIGNED, KIND_NEW, KIND_NEW_ARRAY };
 
@@ -207,6 +220,9 @@ hidden uintptr_t vg_native_resize(uintptr_t tid, uintptr_t p, uintptr_t size);  
 hidden void vg_flush_locked(void);
 hidden void vg_flush_unlock(void);   /* vg_flush_locked, then quick.flag released */
 hidden void *vg_malloc_long(size_t size);   /* vg.c's named malloc */
+/* While nonzero, the default pool was full: vg.c's malloc serves that many more requests from
+ * memcheck's heap before it tries the pool again (see "spill" in vg.c). */
+hidden extern unsigned vg_spill_run;
 /* Tells memcheck of malloc's block p of size bytes and lets go of quick.flag: every malloc of
  * the short and the long way issues its request from this one instruction, so that one call
  * site's blocks have one stack (one loss record) whatever their size. */

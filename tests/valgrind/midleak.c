@@ -14,8 +14,9 @@ struct node { struct node *a, *b; char pad[32]; };
     unsigned long leaked = 0, dubious = 0, reachable = 0, suppressed = 0;                      \
     VALGRIND_DO_LEAK_CHECK;                                                                    \
     VALGRIND_COUNT_LEAKS(leaked, dubious, reachable, suppressed);                              \
-    (void)reachable, (void)suppressed;                                                         \
+    (void)suppressed;                                                                          \
     printf("%s: leaked %lu dubious %lu\n", what, leaked, dubious);                             \
+    printf("%s reachable: %lu\n", what, reachable);                                            \
   } while (0)
 
 static struct node *tree(int depth) {

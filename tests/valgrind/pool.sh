@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The pool under memcheck (issue 45): what memcheck's reports show of it, each case beside
+# glibc's run of the same program (the tool's own allocator). Runs valgrind itself; every check
+# can fail and none is skipped.
+#   pool.sh LIB STRAY ARENALEAK MALLOCLEAK MIDLEAK ORIGINS
+set -uo pipefail
+lib=$1 stray=$2 arenaleak=$3 mallocleak=$4 midleak=$5 origins=$6
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# the errors: each one's first line, its stacks (frames by name) and the address's description
+errs() { grep -E "^==[0-9]*== (Invalid|Conditional| Address| Block| Uninitialised|   (at|by) 0x)|ERROR SUMMARY" \
+  | sed -E 's/^==[0-9]*==//; s/0x[0-9A-Fa-f]+//g; s/ \((vg_replace_malloc\.c:[0-9]+|in [^)]*)\)$//'; }
+vol=(--freelist-vol=1000000 --freelist-big-blocks=50000)
+
+# ---- addresses that are no block ---------------------------------------------------------------
+# a bogus pointer (32-bit garbage) is never inside the pool: memcheck finds nothing there
+want=$(gl "$stray" badfree | errs) got=$(fm "$stray" badfree | errs)
+if grep -q "is not stack'd, malloc'd or (recently) free'd" <<<"$got" && [ "$want" = "$got" ]; then
+  ok "memcheck: free(0x87654321) and free of a stack array reported as with glibc"
+else bad "memcheck badfree" "glibc:" "$want" "flatmalloc:" "$got"; fi
+# inside the pool, an address no block holds (after a block's red zone, or of a block already
+# handed back) is described as inside the pool's own block of memcheck's heap, where glibc's run
+# names a free block of that heap; every other line is as with glibc's
+for c in big-blocks shrink; do
+  want=$(gl "${vol[@]}" "$stray" "$c" | errs) got=$(fm "${vol[@]}" "$stray" "$c" | errs)
+  d=$(diff <(echo "$want") <(echo "$got") | grep -E '^[<>]')
+  if [ -n "$want" ] && [ "$(wc -l <<<"$d")" = 2 ] && grep -qE '^< +Address +is [0-9,]+ bytes (before|after|inside) an unallocated block of size [0-9,]+ in arena "client"$' <<<"$d" \
+     && grep -qE '^> +Address +is [0-9,]+ bytes inside a block of size [0-9]{1,3},[0-9]{3},[0-9]{3},[0-9]{3}(,[0-9]{3})? in arena "client"$' <<<"$d"; then
+    ok "memcheck $c: as with glibc but one address, which glibc names a free block of memcheck's heap and flatmalloc the pool's"
+  else bad "memcheck $c" "glibc:" "$want" "flatmalloc:" "$got"; fi
+done
+
+# ---- leak checks ------------------------------------------------------------------------------
+# mid-run: leaked and dubious bytes as with glibc; still reachable one byte more, the pool's own
+# block in memcheck's heap (at exit it is gone)
+want=$(gl "$midleak" | grep -E "^[a-z]+ reachable:") got=$(fm "$midleak" | grep -E "^[a-z]+ reachable:")
+plus=$(awk '{ print $1, $2, $3 + 1 }' <<<"$want")
+got=$(awk '{ print $1, $2, $3 }' <<<"$got")
+if [ -n "$want" ] && [ "$plus" = "$got" ]; then ok "memcheck mid-run checks: still reachable is glibc's + 1 byte (the pool's block): ${got//$'\n'/, }"
+else bad "memcheck mid-run reachable" "glibc:" "$want" "flatmalloc:" "$got"; fi
+
+# an arena never destroyed (the program links flatmalloc) against the program built with malloc
+# in its place: the ten allocations are one loss record as the ten mallocs, the arena's own
+# state one definitely lost block allocated by flatmalloc_arena_create, whether or not another
+# block is live at exit
+records() { grep -E "are definitely lost|definitely lost:|still reachable:|ERROR SUMMARY" | sed -E 's/^==[0-9]*==//; s/[0-9,]+ bytes in 1 blocks are/N bytes in 1 blocks are/; s/lost: [0-9,]+ bytes/lost: N bytes/'; }
+for other in "" other; do
+  want=$(gl --leak-check=full "$mallocleak" $other | records)
+  out=$(fm --leak-check=full "$arenaleak" $other) got=$(records <<<"$out")
+  if grep -q "400 bytes in 10 blocks are definitely lost" <<<"$got" && [ "$want" = "$got" ] \
+     && grep -A3 "in 1 blocks are definitely lost" <<<"$out" | grep -q "by 0x[0-9A-F]*: leak_arena (arenaleak.c:"; then
+    ok "memcheck: a leaked arena${other:+ beside a live block} reported as the same program with malloc (${got//$'\n'/; })"
+  else bad "memcheck leaked arena${other:+ beside a live block}" "malloc, glibc:" "$want" "arena, flatmalloc:" "$out"; fi
+done
+
+# ---- --track-origins=yes ------------------------------------------------------------------------
+# 200 MiB of blocks, past the default pool there (64 MiB): memcheck's heap serves the rest, the
+# program's output and the origin as with glibc, peak memory within 2x
+out=$( { /usr/bin/time -f "maxrss %M" env LD_PRELOAD="$lib" valgrind "${keep[@]}" --track-origins=yes "$origins" big; } 2>&1)
+gout=$( { /usr/bin/time -f "maxrss %M" valgrind --track-origins=yes "$origins" big; } 2>&1)
+rss=$(sed -n 's/^maxrss \([0-9]*\)$/\1/p' <<<"$out") grss=$(sed -n 's/^maxrss \([0-9]*\)$/\1/p' <<<"$gout")
+want=$(grep -E "^origins:" <<<"$gout"; errs <<<"$gout") got=$(grep -E "^origins:" <<<"$out"; errs <<<"$out")
+if grep -q "origins: 200 MiB allocated" <<<"$got" && [ "$want" = "$got" ] && grep -q "created by a heap allocation" <<<"$out" \
+   && [ -n "$rss" ] && [ -n "$grss" ] && [ "$rss" -le $((2 * grss)) ]; then
+  ok "memcheck --track-origins=yes: 200 MiB allocated, report as with glibc, peak $((rss / 1024)) MB (glibc $((grss / 1024)) MB)"
+else bad "memcheck --track-origins=yes, 200 MiB (peak ${rss:-?} KB, glibc ${grss:-?} KB)" "glibc:" "$want" "flatmalloc:" "$out"; fi
+exit $fail

@@ -63,6 +63,8 @@
  *              record it before and after each run).
  *
  * Options: --quick (smaller counts), --threads T, --ops N, --rounds N, --size B, --order O,
+ *          --sizes LO-HI (own, xchg, idle: log-uniform LO-HI bytes instead of 16 B-4 KiB; own's
+ *          and xchg's metrics then read tT_LO-HI_...),
  *          --cold and --split (bigheap), --seed S. Every block's first and last 8 bytes carry a tag that is checked before the
  *          block is freed: a wrong byte exits with status 3 and one line on stderr.
  */
@@ -184,17 +186,32 @@ static inline uint32_t rng_below(uint64_t *s, uint32_t n)
   return (uint32_t)(((rng_next(s) >> 32) * (uint64_t)n) >> 32);
 }
 
-/* Log-uniform 16 B-4 KiB, as a table indexed by 12 random bits. */
+/* Log-uniform sizes_lo..sizes_hi (16 B-4 KiB unless --sizes), as a table indexed by 12 random
+ * bits. */
 #define LOGSIZE_BITS 12
 static uint32_t logsize[1u << LOGSIZE_BITS];
+static long sizes_lo = 16, sizes_hi = 4096;
+static int sizes_set; /* --sizes given: own's and xchg's metrics name the range */
 
 static void logsize_init(void)
 {
+  double lo = (double)sizes_lo, hi = (double)sizes_hi;
   for (uint32_t i = 0; i < (1u << LOGSIZE_BITS); i++) {
     double u = ((double)i + 0.5) / (double)(1u << LOGSIZE_BITS);
-    uint32_t s = (uint32_t)floor(16.0 * exp(u * log(4097.0 / 16.0)));
-    logsize[i] = s < 16 ? 16 : s > 4096 ? 4096 : s;
+    uint32_t s = (uint32_t)floor(lo * exp(u * log((hi + 1) / lo)));
+    logsize[i] = s < lo ? (uint32_t)lo : s > hi ? (uint32_t)hi : s;
   }
+}
+
+/* own's and xchg's metric prefix: "t2" or, with --sizes, "t2_1024-4096". */
+static const char *run_name(long t)
+{
+  static char name[64];
+  if (sizes_set)
+    snprintf(name, sizeof name, "t%ld_%ld-%ld", t, sizes_lo, sizes_hi);
+  else
+    snprintf(name, sizeof name, "t%ld", t);
+  return name;
 }
 
 static inline uint32_t rng_logsize(uint64_t *s) { return logsize[rng_next(s) >> (64 - LOGSIZE_BITS)]; }
@@ -313,9 +330,9 @@ static void mode_own(void)
   }
   own_start(t, ops, 0);
   double calls, span = own_join(t, &calls);
-  printf("own,t%ld_mops_per_s,%.3f\n", t, calls / span / 1e6);
-  printf("own,t%ld_rss_kb,%ld\n", t, status_kb("VmRSS:"));
-  printf("own,t%ld_hwm_kb,%ld\n", t, status_kb("VmHWM:"));
+  printf("own,%s_mops_per_s,%.3f\n", run_name(t), calls / span / 1e6);
+  printf("own,%s_rss_kb,%ld\n", run_name(t), status_kb("VmRSS:"));
+  printf("own,%s_hwm_kb,%ld\n", run_name(t), status_kb("VmHWM:"));
 }
 
 /* ---------- xchg: own working sets, one block in eight freed by another thread ---------- */
@@ -382,9 +399,9 @@ static void mode_xchg(void)
     void *q = atomic_exchange(&xchg_table[i], NULL);
     free(q);
   }
-  printf("xchg,t%ld_mops_per_s,%.3f\n", t, calls / span / 1e6);
-  printf("xchg,t%ld_rss_kb,%ld\n", t, status_kb("VmRSS:"));
-  printf("xchg,t%ld_hwm_kb,%ld\n", t, status_kb("VmHWM:"));
+  printf("xchg,%s_mops_per_s,%.3f\n", run_name(t), calls / span / 1e6);
+  printf("xchg,%s_rss_kb,%ld\n", run_name(t), status_kb("VmRSS:"));
+  printf("xchg,%s_hwm_kb,%ld\n", run_name(t), status_kb("VmHWM:"));
 }
 
 /* ---------- batch: N mallocs of one size, then N frees ---------- */
@@ -867,7 +884,7 @@ static const struct {
 static void usage(void)
 {
   fprintf(stderr, "usage: scale MODE [--quick] [--threads T] [--ops N] [--rounds N] [--size B]\n"
-                  "                  [--order fifo|lifo|both] [--cold] [--split] [--seed S]\n"
+                  "                  [--order fifo|lifo|both] [--cold] [--split] [--seed S] [--sizes LO-HI]\n"
                   "modes: own batch prodcons falseshare larson map bigheap idle xchg xcpu\n");
   exit(2);
 }
@@ -898,6 +915,16 @@ int main(int argc, char **argv)
     else if (v && !strcmp(a, "--rounds")) opt_rounds = arg_long(argv[++i]);
     else if (v && !strcmp(a, "--size")) opt_size = arg_long(argv[++i]);
     else if (v && !strcmp(a, "--seed")) seed = (uint64_t)arg_long(argv[++i]);
+    else if (v && !strcmp(a, "--sizes")) {
+      char *end;
+      sizes_lo = strtol(v, &end, 10);
+      if (*end != '-' || (sizes_hi = strtol(end + 1, &end, 10), *end) || sizes_lo < 16 || sizes_hi < sizes_lo || sizes_hi > (1l << 24)) {
+        fprintf(stderr, "scale: --sizes wants LO-HI bytes, 16 <= LO <= HI <= 16M, got %s\n", v);
+        exit(2);
+      }
+      sizes_set = 1;
+      i++;
+    }
     else if (v && !strcmp(a, "--order") &&
              (!strcmp(v, "fifo") || !strcmp(v, "lifo") || !strcmp(v, "both"))) opt_order = argv[++i];
     else usage();

@@ -35,7 +35,7 @@ struct layout {
 
 static void layout_of(size_t size, struct layout *L) {
   const struct fm_options *o = &fm_pool.opt;
-  /* Meta is 96 bytes a chunk (line and run record) and the shadows 1/2^s of the heap for each
+  /* Meta is 128 bytes a chunk (line and run record) and the shadows 1/2^s of the heap for each
    * scale s a class uses (1/8 in all for the default classes; pages of them are touched only
    * where spans of those classes are). */
   const unsigned shift = FM_CHUNK_SHIFT;

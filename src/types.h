@@ -7,7 +7,7 @@
  *       ^ base  ^ heap_base                                     ^ top: never handed out above
  *
  * The heap is cut into chunks of 2^FM_CHUNK_SHIFT bytes (16 KiB in every pool, so that free()
- * shifts by a constant; 96 bytes of meta a chunk, reserved for the whole pool, touched where
+ * shifts by a constant; 128 bytes of meta a chunk, reserved for the whole pool, touched where
  * the heap is used). The reservation is inaccessible and opened (mprotect) as it is used: the
  * heap and its per-chunk tables up to the highest chunk taken, in steps of 1 MiB (span.c's
  * commit_to), a tag's inbox when a thread first takes the tag, the fixed tables at start-up;
@@ -17,7 +17,10 @@
  * "may hold pages"; plus the size -> class table, the owner tags, the classes' shards and their
  * transfer caches. No allocator
  * metadata lives in free memory: a stray write into a freed block can corrupt nothing but that
- * block.
+ * block. No cache line of meta that malloc() and free() write holds records of two spans (a
+ * chunk's line and its run record are a cache line each, a chunk's states in a shadow a whole
+ * number of them): spans belong to one shard, and threads that share no shard write no
+ * common line, whichever chunks their spans have side by side.
  *
  * RUN (span.c). The heap is handed out in runs of whole chunks, to a size class (a span) or to
  * one large block. Free runs are indexed by length with TLSF bitmaps (O(1) good fit; those that
@@ -48,16 +51,22 @@
  * BLOCK STATE. Every block has a state byte out of the heap (so no overflow from a block
  * reaches it), found from the chunk's line: block q's is at line.st + q. free() finds q by one
  * multiplication by the class's magic (q = high half, and the low half < magic iff the address
- * is a block start). A class of at most 16 blocks a chunk (1 KiB and up)
- * keeps the states of the blocks starting in a chunk in that chunk's line itself, so a free
- * reads one cache line of meta; a smaller class's states are packed per span in a shadow, a
- * meta array of one byte per 2^s heap bytes, 2^s being the class's size rounded down to a power
- * of two (a shadow per such scale that a class uses), from the start of the span's part of it
- * (every line of the span names it). So the pages of a class's states are a 2^s-th of its
- * spans' memory where those lie together, at least half of it states: for blocks of 48 B a
- * 32nd, of 256 B a 256th (one shadow of 1/16 byte per heap byte, as before, took a 16th for
- * every class: 6 % of a program's memory). A large heap's states stay in cache and few pages
- * (262,144 blocks of 64 B: 256 KiB; a page holds the states of 1 MiB of blocks of 256 B). A
+ * is a block start). A class of at most 16 blocks a chunk (1 KiB and up) keeps the states of
+ * the blocks starting in a chunk in that chunk's line itself, a cache line of its own, so a
+ * free reads one cache line of meta and two threads whose spans have neighbouring chunks write
+ * none in common (with two lines to a cache line, as before, two threads churning blocks of
+ * 1-4 KiB did no more together than one alone). A smaller class's states are packed per span
+ * in a shadow, a meta array of one byte per 2^s heap bytes, 2^s being the class's size rounded
+ * down to a power of two, at most 256 (a shadow per such scale that a class uses; a chunk's
+ * part of one is whole cache lines), from the start of the span's part of it (every line of
+ * the span names it). So the pages of a class's states are a 2^s-th of its spans' memory where
+ * those lie together, at least a quarter of it states: for blocks of 48 B a 32nd, of 256 B a
+ * 256th (one shadow of 1/16 byte per heap byte, as before, took a 16th for every class: 6 % of
+ * a program's memory). A large heap's states stay in cache and few pages (262,144 blocks of
+ * 64 B: 256 KiB; a page holds the states of 1 MiB of blocks of 256 B). (States in the lines
+ * down to 342 B, 48 blocks a chunk, would fill the line; tried, a refill or flush in address
+ * order then costs 83-86 instructions a call against 69-71, blocks of 384-768 B, without the
+ * shadows' eight states in one store.) A
  * thread cache keeps each cached block's state address beside it, so malloc() writes the state
  * without looking the span up. A state is FREE (in its span; 0, so fresh memory needs no
  * set-up), CACHED (in a thread cache; ZERO when it was never handed out and its pages never
@@ -197,7 +206,8 @@
 #define FM_ALIGN 16u                 /* every block starts on this boundary */
 #define FM_CHUNK_SHIFT 14u          /* chunks of 16 KiB in every pool: free() shifts by a constant */
 #define FM_CHUNK ((size_t)1 << FM_CHUNK_SHIFT)
-#define FM_SHADOWS 32u               /* state shadows, by scale 2^s: s < 32 */
+#define FM_ST_SHIFT_MAX 8u           /* the largest scale of a state shadow: a chunk's part is whole cache lines */
+#define FM_SHADOWS (FM_ST_SHIFT_MAX + 1)   /* state shadows, by scale 2^s */
 #define FM_SPAN_BLOCKS 4096u         /* most blocks in one span (the summary is 512 bits) */
 #define FM_POOL_MAX (1ull << 44)
 #define FM_NO_CLASS 0u               /* page map: the chunk is not in a span (fresh meta reads 0) */
@@ -227,14 +237,16 @@ _Static_assert((FM_INBOX_MAX & (FM_INBOX_MAX - 1)) == 0 && FM_INBOX_MAX >= FM_OU
 _Static_assert((FM_ALIGN & (FM_ALIGN - 1)) == 0, "alignment is a power of two");
 _Static_assert((FM_POOL_MAX >> FM_CHUNK_SHIFT) < UINT32_MAX, "chunk indexes + 1 fit 32 bits");
 
-/* One per chunk, in the meta area: all free() reads about a chunk, in half a cache line. */
+/* One per chunk, in the meta area: all free() reads about a chunk, in a cache line of its own
+ * (BLOCK STATE: no two spans' chunks write one). */
 #define FM_LINE_STATES 16u
 struct fm_line {
   uint64_t e;                    /* span address (a chunk's: its low byte 0) | (class + 1); 0: not in a span */
   uintptr_t st;                  /* block q starting in this chunk has its state at st + q */
   fm_st own[FM_LINE_STATES];     /* those states, for a class of at most 16 blocks a chunk */
-};
-_Static_assert(sizeof(struct fm_line) == 32, "two lines to a cache line, found by one shift");
+} cacheline_aligned;
+_Static_assert(sizeof(struct fm_line) == 64, "a line to a cache line, found by one shift");
+_Static_assert((FM_CHUNK >> FM_ST_SHIFT_MAX) % 64 == 0, "a shadow's chunks are whole cache lines");
 
 /* A cached block and its state byte: the cache keeps the state's address so malloc() writes it
  * without looking the span up. */
@@ -432,8 +444,12 @@ static inline uint64_t fm_magic(unsigned c1) { return ((const uint64_t *)fm_pool
 /* Does a class of this size keep its states in the chunks' lines (at most FM_LINE_STATES blocks
  * start in a chunk), rather than in a shadow? */
 static inline bool fm_line_states(size_t size) { return (FM_CHUNK + size - 1) / size <= FM_LINE_STATES; }
-/* The scale of the shadow that holds a class's states: its size rounded down to a power of two. */
-static inline unsigned fm_st_shift(size_t size) { return 63u - (unsigned)__builtin_clzll(size); }
+/* The scale of the shadow that holds a class's states: its size rounded down to a power of two,
+ * at most 2^FM_ST_SHIFT_MAX. */
+static inline unsigned fm_st_shift(size_t size) {
+  unsigned s = 63u - (unsigned)__builtin_clzll(size);
+  return s < FM_ST_SHIFT_MAX ? s : FM_ST_SHIFT_MAX;
+}
 /* The state byte of block q of class k's span at span_addr, in its shadow (BLOCK STATE above). */
 static inline fm_st *fm_st_q(const struct fm_class *k, uintptr_t span_addr, uint64_t q) {
   return (fm_st *)(fm_pool.st_bias[k->st_shift] + (span_addr >> k->st_shift) + q);

@@ -11,6 +11,10 @@
 #include "os.h"
 #include "vg.h"
 
+/* glibc's perturb byte (slow.c fills what malloc and free reach; calloc's blocks are zeroed all
+ * the same): 0 when off. While it is set every call takes the slow paths (pool_route). */
+static int perturb_byte(void) { return __atomic_load_n(&fm_pool.opt.perturb, __ATOMIC_RELAXED); }
+
 /* ---- entry points ------------------------------------------------------------------------ */
 void *flatmalloc_malloc(size_t size) { return fm_alloc(size); }
 
@@ -46,7 +50,7 @@ void *flatmalloc_calloc(size_t count, size_t size) {
     if (!p) errno = ENOMEM;
     return p;
   }
-  if (n >= fm_pool.small_lim) {   /* before start-up */
+  if (n >= fm_pool.small_lim && !(perturb_byte() && pool_ready())) {   /* before start-up */
     void *p = fm_alloc(n);
     return p ? memset(p, 0, n) : NULL;
   }
@@ -60,9 +64,6 @@ void *flatmalloc_calloc(size_t count, size_t size) {
   if (!p) return NULL;
   return zero && block_reads_zero(p, n) ? p : memset(p, 0, n);
 }
-
-/* glibc's perturb byte (slow.c fills what malloc and free reach): 0 when off. */
-static int perturb_byte(void) { return __atomic_load_n(&fm_pool.opt.perturb, __ATOMIC_RELAXED); }
 
 static always_inline void *alloc_aligned_on(size_t align, size_t size) {
   if (unlikely(!pool_ready()) && !pool_init()) return boot_alloc(size, align);

@@ -87,8 +87,18 @@ static always_inline void *malloc_on(size_t size) {
  * here while it is set; one test each on the slow paths, none on the fast ones. ---- */
 static int perturb_byte(void) { return __atomic_load_n(&fm_pool.opt.perturb, __ATOMIC_RELAXED); }
 
+/* Past the fill, the fast paths' own steps where they would have taken the call (a block of
+ * the thread's cache; a free of a live block of a class, as block_free's common case), else
+ * the slow path's. bench/pairs 64 B under callgrind: 58 instructions a pair without the byte,
+ * 211 with it (glibc with its byte: 137, its thread cache's blocks left unfilled). */
 static cold noinline void *malloc_perturbed(size_t size) {
-  void *p = malloc_on(size);
+  void *p = NULL;
+  if (likely(size <= fm_pool.small_max && !fm_pool.checked && !heap_on && pool_ready())) {
+    struct fm_tcache *tc = fm_tc;
+    unsigned c1 = fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN];
+    if (likely(!fm_bin_empty(tc, c1))) p = fm_pop(tc, c1, NULL);
+  }
+  if (!p) p = malloc_on(size);
   int n = perturb_byte();
   if (p && n && !boot_owns(p)) memset(p, (n ^ 0xff) & 0xff, size);
   return p;
@@ -129,13 +139,20 @@ static always_inline void free_on(void *p) {
 
 static void free_perturbed(void *p) {
   int n = perturb_byte();
-  if (p && n && !boot_owns(p)) {
-    size_t size = 0;
-    struct check_block f;
-    if (!fm_pool.checked) size = block_usable(p, CALL_FREE);
-    else if (check_find(p, &f) == V_OK) size = f.size;
-    memset(p, n & 0xff, size);
+  if (!p || !n || boot_owns(p)) return free_on(p);
+  if (likely(!fm_pool.checked && !heap_on)) {
+    fm_st *st;
+    int c = class_find(p, &st);
+    if (likely(c >= 0 && st_live(st_load(st)))) {
+      memset(p, n & 0xff, fm_pool.cls[c].size);
+      return tcache_free(p, (unsigned)c, st);
+    }
   }
+  size_t size = 0;
+  struct check_block f;
+  if (!fm_pool.checked) size = block_usable(p, CALL_FREE);
+  else if (check_find(p, &f) == V_OK) size = f.size;
+  memset(p, n & 0xff, size);
   free_on(p);
 }
 

@@ -104,8 +104,6 @@ static cold noinline void *malloc_perturbed(size_t size) {
   return p;
 }
 
-/* Validated as the release will validate it (a bad pointer stops there, named as free names
- * it); blocks of the bootstrap buffer are never reused and stay as they are. */
 static cold noinline void free_perturbed(void *p);
 
 void *fm_malloc_slow(size_t size) {
@@ -137,6 +135,8 @@ static always_inline void free_on(void *p) {
   if (p) block_free(p);
 }
 
+/* A bad pointer is validated as the release will validate it, and stops there, named as free
+ * names it; blocks of the bootstrap buffer are never reused and stay as they are. */
 static void free_perturbed(void *p) {
   int n = perturb_byte();
   if (!p || !n || boot_owns(p)) return free_on(p);

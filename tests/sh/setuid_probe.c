@@ -7,9 +7,12 @@
  *     env VAR=VALUE|unset              each VAR as the program sees it
  *     pool N                           the pool's reserved bytes (flatmalloc_stats_json)
  *     alloc ok                         blocks of every size were served, written and freed
+ *     fresh XX                         a byte of a fresh 5000-byte block (glibc's perturb byte: ~N)
+ *     usable1 N                        malloc_usable_size(malloc(1)) (1 in checking mode)
  * and writes nothing on stderr itself. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,5 +45,8 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < 200; i++) free(v[i]);
   printf("alloc ok\n");
+  unsigned char *fresh = malloc(5000);
+  printf("fresh %02x\n", fresh ? fresh[100] : 0xffu);
+  printf("usable1 %zu\n", malloc_usable_size(malloc(1)));
   return 0;
 }

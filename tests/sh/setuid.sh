@@ -152,19 +152,19 @@ fm_check "the setuid program wrote no heap profile"
 fm_ok "no $dir/heap.*"
 
 echo "== glibc's settings too (docs/glibc.md): perturb byte and checking mode =="
-fm_check "a plain program: MALLOC_PERTURB_=85 fills fresh blocks with 0xaa, MALLOC_CHECK_=3 is checking mode"
+fm_check "a plain program: MALLOC_PERTURB_=85 fills freed blocks with 0x55, MALLOC_CHECK_=3 is checking mode"
 run_as_nobody plain_probe MALLOC_PERTURB_=85 MALLOC_CHECK_=3
-[ "$rc" -eq 0 ] && [ "$(field fresh)" = aa ] && [ "$(field usable1)" = 1 ] || {
+[ "$rc" -eq 0 ] && [ "$(field freed)" = 55 ] && [ "$(field usable1)" = 1 ] || {
   fm_show "$out" stdout
   fm_show "$err" stderr
-  fm_fail "status $rc, fresh=$(field fresh) (expected aa), usable1=$(field usable1) (expected 1)"
+  fm_fail "status $rc, freed=$(field freed) (expected 55), usable1=$(field usable1) (expected 1)"
 }
-fm_ok "fresh=aa usable1=1"
+fm_ok "freed=55 usable1=1"
 # (glibc erases MALLOC_CHECK_ and glibc.malloc.check from a setuid program's environment itself;
 # the perturb byte and the others stay there, and flatmalloc ignores them)
 secure MALLOC_PERTURB_=85 GLIBC_TUNABLES=glibc.malloc.perturb=85:glibc.malloc.trim_threshold=-1 MALLOC_TRIM_THRESHOLD_=-1 MALLOC_ARENA_MAX=1
-fm_check "the setuid program's fresh block is not perturbed"
-[ "$(field fresh)" = 00 ] && [ "$(field usable1)" -gt 1 ] || fm_fail "fresh=$(field fresh) (expected 00), usable1=$(field usable1)"
-fm_ok "fresh=00 usable1=$(field usable1)"
+fm_check "the setuid program's freed block is not perturbed"
+[ "$(field freed)" = 11 ] && [ "$(field usable1)" -gt 1 ] || fm_fail "freed=$(field freed) (expected 11), usable1=$(field usable1)"
+fm_ok "freed=11 usable1=$(field usable1)"
 secure MALLOC_PERTURB_=abc GLIBC_TUNABLES=glibc.malloc.perturb=999
 echo "setuid: all checks passed"

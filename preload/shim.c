@@ -28,6 +28,7 @@ EXPORT void malloc_stats(void) { flatmalloc_malloc_stats(); }
 EXPORT struct mallinfo mallinfo(void) { return flatmalloc_mallinfo(); }
 EXPORT struct mallinfo2 mallinfo2(void) { return flatmalloc_mallinfo2(); }
 EXPORT int mallopt(int param, int value) { return flatmalloc_mallopt(param, value); }
+EXPORT int malloc_info(int options, FILE *fp) { return flatmalloc_malloc_info(options, fp); }
 
 /* The names glibc-aware programs call directly. */
 EXPORT void *__libc_malloc(size_t n) { return flatmalloc_malloc(n); }

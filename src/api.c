@@ -4,11 +4,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "fast.h"
 #include "flatmalloc.h"
 #include "heap.h"
 #include "os.h"
 #include "vg.h"
+
+/* glibc's perturb byte (slow.c fills what malloc and free reach; calloc's blocks are zeroed all
+ * the same): 0 when off. While it is set every call takes the slow paths (pool_route). */
+static int perturb_byte(void) { return __atomic_load_n(&fm_pool.opt.perturb, __ATOMIC_RELAXED); }
 
 /* ---- entry points ------------------------------------------------------------------------ */
 void *flatmalloc_malloc(size_t size) { return fm_alloc(size); }
@@ -45,7 +50,7 @@ void *flatmalloc_calloc(size_t count, size_t size) {
     if (!p) errno = ENOMEM;
     return p;
   }
-  if (n >= fm_pool.small_lim) {   /* before start-up */
+  if (n >= fm_pool.small_lim && !(perturb_byte() && pool_ready())) {   /* before start-up */
     void *p = fm_alloc(n);
     return p ? memset(p, 0, n) : NULL;
   }
@@ -60,19 +65,31 @@ void *flatmalloc_calloc(size_t count, size_t size) {
   return zero && block_reads_zero(p, n) ? p : memset(p, 0, n);
 }
 
-/* Memory aligned to align (a power of two). */
-static void *alloc_aligned(size_t align, size_t size) {
-  if (align <= FM_ALIGN) return fm_alloc(size);
+static always_inline void *alloc_aligned_on(size_t align, size_t size) {
   if (unlikely(!pool_ready()) && !pool_init()) return boot_alloc(size, align);
   if (fm_pool.checked) return check_memalign(size, align);
   return heap_on ? heap_alloc_aligned(align, size) : block_alloc_aligned(align, size);
+}
+
+static cold noinline void *alloc_aligned_perturbed(size_t align, size_t size) {
+  void *p = alloc_aligned_on(align, size);
+  int n = perturb_byte();
+  if (p && n && !boot_owns(p)) memset(p, (n ^ 0xff) & 0xff, size);
+  return p;
+}
+
+/* Memory aligned to align (a power of two). */
+static void *alloc_aligned(size_t align, size_t size) {
+  if (align <= FM_ALIGN) return fm_alloc(size);
+  if (unlikely(perturb_byte())) return alloc_aligned_perturbed(align, size);
+  return alloc_aligned_on(align, size);
 }
 
 static bool pow2(size_t v) { return v && !(v & (v - 1)); }
 
 int flatmalloc_posix_memalign(void **memptr, size_t alignment, size_t size) {
   if (alignment % sizeof(void *) || !pow2(alignment)) return EINVAL;
-  if (fm_pool.checked) return check_posix_memalign(memptr, alignment, size);
+  if (fm_pool.checked && likely(!perturb_byte())) return check_posix_memalign(memptr, alignment, size);
   void *p = alloc_aligned(alignment, size);
   if (!p) return ENOMEM;   /* errno is ENOMEM too, as glibc leaves it (its tests rely on it) */
   *memptr = p;
@@ -104,8 +121,31 @@ void *flatmalloc_pvalloc(size_t size) {
   return alloc_aligned(page, size);
 }
 
+/* Checking mode's realloc with the perturb byte set: the block always moves, so that malloc
+ * and free (slow.c) fill the new block and the old one. */
+static cold noinline void *realloc_perturbed(void *p, size_t size) {
+  if (!p) return fm_alloc(size);
+  if (size == 0) {
+    fm_free(p);
+    return NULL;
+  }
+  size_t old;
+  struct check_block f;
+  if (boot_owns(p)) {
+    old = boot_usable(p);
+  } else {
+    if (!check_take(p, &f, KIND_MALLOC, true)) return NULL;   /* checking mode stops first */
+    old = f.size;
+  }
+  void *q = fm_alloc(size);
+  if (!q) return NULL;
+  memcpy(q, p, old < size ? old : size);
+  fm_free(p);
+  return q;
+}
+
 void *flatmalloc_realloc(void *p, size_t size) {
-  if (fm_pool.checked) return check_realloc(p, size);
+  if (fm_pool.checked) return unlikely(perturb_byte()) ? realloc_perturbed(p, size) : check_realloc(p, size);
   if (!p) return fm_alloc(size);
   if (size == 0) {
     fm_free(p);
@@ -123,6 +163,8 @@ void *flatmalloc_realloc(void *p, size_t size) {
     old = block_usable(p, CALL_REALLOC);   /* a large or bootstrap block; any other pointer stops here */
     if (large_owns(p) && size > fm_pool.small_max / 2 && large_resize(p, size)) {
       if (heap_on) heap_resized(p, size);
+      int n = perturb_byte();
+      if (unlikely(n) && size > old) memset((char *)p + old, (n ^ 0xff) & 0xff, size - old);   /* the new part */
       return p;
     }
   }
@@ -151,12 +193,6 @@ int flatmalloc_malloc_trim(size_t pad) {
 }
 
 void flatmalloc_malloc_stats(void) { flatmalloc_stats_print(); }
-
-int flatmalloc_mallopt(int param, int value) {
-  (void)param;
-  (void)value;
-  return 1;
-}
 
 int flatmalloc_heap_check(void) {
   if (!pool_ready()) return 0;

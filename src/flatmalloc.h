@@ -35,6 +35,8 @@ FLATMALLOC_API void flatmalloc_malloc_stats(void);
 FLATMALLOC_API struct mallinfo flatmalloc_mallinfo(void);
 FLATMALLOC_API struct mallinfo2 flatmalloc_mallinfo2(void);
 FLATMALLOC_API int flatmalloc_mallopt(int param, int value);
+/* glibc's report in glibc's XML shape (options must be 0: else EINVAL is returned, as glibc does). */
+FLATMALLOC_API int flatmalloc_malloc_info(int options, FILE *fp);
 
 /* Human-readable statistics (the FLATMALLOC_STATS=1 report) on stderr. */
 FLATMALLOC_API void flatmalloc_stats_print(void);

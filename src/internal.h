@@ -196,6 +196,7 @@ hidden void stats_setup(void);
 
 /* slow.c: start-up, and the slow paths behind the inline fast paths of fast.h (above it) */
 hidden bool pool_init(void);          /* false: use the bootstrap buffer for now */
+hidden void pool_route(void);         /* after a change of opt.perturb (mallopt) */
 hidden noinline void *fm_malloc_slow(size_t size);
 hidden noinline void fm_free_slow(void *p);
 hidden noinline void fm_free_block(void *p, fm_st *st, unsigned c1);

@@ -318,13 +318,139 @@ void options_check_room(const struct fm_options *o, uint32_t heap_chunks) {
   }
 }
 
+/* ---- glibc's settings --------------------------------------------------------------------
+ * glibc 2.36's malloc tunables, given in GLIBC_TUNABLES (glibc.malloc.NAME=VALUE, separated by
+ * ':') or by their older names (MALLOC_PERTURB_ and the others), read as glibc's dynamic loader
+ * reads them (elf/dl-tunables.c), so a value glibc takes means the same here and one it ignores
+ * is ignored here: never a stop, never a message. A value is a number as _dl_strtoul reads it
+ * (blanks, a sign, decimal, 0x hex, 0 octal, anything after the digits dropped, no digit at all
+ * reads as 0) and must lie within the tunable's bounds (an INT_32 compared signed, a SIZE_T
+ * unsigned: -1 is SIZE_MAX); the first valid MALLOC_* variable sets a tunable that
+ * GLIBC_TUNABLES has not set yet, and GLIBC_TUNABLES sets it whatever came before. Those that
+ * mean something here set the flatmalloc setting of the same meaning before the FLATMALLOC_*
+ * variables are read, so a FLATMALLOC_* setting given too wins. docs/glibc.md has the table. */
+struct glibc_tunable {
+  const char *name;    /* glibc.malloc.NAME */
+  const char *alias;   /* its environment variable, or NULL */
+  bool size;           /* SIZE_T (unsigned bounds), else INT_32 (signed) */
+  int64_t min, max;
+  void (*apply)(struct fm_options *o, int64_t v);   /* NULL: accepted, no effect here */
+};
+
+static void glibc_check(struct fm_options *o, int64_t v) { o->check = v != 0; }
+static void glibc_perturb(struct fm_options *o, int64_t v) { o->perturb = (int)v; }
+static void glibc_trim(struct fm_options *o, int64_t v) { o->retain = (size_t)v; }   /* -1: SIZE_MAX, pages kept */
+
+#define INT32 false, INT32_MIN, INT32_MAX
+#define SIZE(min) true, min, -1
+static const struct glibc_tunable glibc_tunables[] = {
+  {"check", "MALLOC_CHECK_", false, 0, 3, glibc_check},
+  {"top_pad", "MALLOC_TOP_PAD_", SIZE(0), NULL},
+  {"perturb", "MALLOC_PERTURB_", false, 0, 0xff, glibc_perturb},
+  {"mmap_threshold", "MALLOC_MMAP_THRESHOLD_", SIZE(0), NULL},
+  {"trim_threshold", "MALLOC_TRIM_THRESHOLD_", SIZE(0), glibc_trim},
+  {"mmap_max", "MALLOC_MMAP_MAX_", false, 0, INT32_MAX, NULL},
+  {"arena_max", "MALLOC_ARENA_MAX", SIZE(1), NULL},
+  {"arena_test", "MALLOC_ARENA_TEST", SIZE(1), NULL},
+  {"tcache_max", NULL, SIZE(0), NULL},
+  {"tcache_count", NULL, SIZE(0), NULL},
+  {"tcache_unsorted_limit", NULL, SIZE(0), NULL},
+  {"mxfast", NULL, SIZE(0), NULL},
+  {"hugetlb", NULL, SIZE(0), NULL},
+};
+#undef INT32
+#undef SIZE
+#define GLIBC_N (sizeof glibc_tunables / sizeof glibc_tunables[0])
+
+/* glibc's _dl_strtoul. */
+static uint64_t glibc_number(const char *s) {
+  uint64_t n = 0;
+  bool neg = false;
+  while (*s == ' ' || *s == '\t') s++;
+  if (*s == '-' || *s == '+') neg = *s++ == '-';
+  if (*s < '0' || *s > '9') return 0;
+  unsigned base = 10, top = 9;
+  if (*s == '0') {
+    if (s[1] == 'x' || s[1] == 'X') base = 16, s += 2;
+    else base = 8, top = 7;
+  }
+  for (;; s++) {
+    unsigned d;
+    if (*s >= '0' && *s <= (char)('0' + top)) d = (unsigned)(*s - '0');
+    else if (base == 16 && *s >= 'a' && *s <= 'f') d = (unsigned)(*s - 'a' + 10);
+    else if (base == 16 && *s >= 'A' && *s <= 'F') d = (unsigned)(*s - 'A' + 10);
+    else break;
+    if (n >= (UINT64_MAX - d) / base) return UINT64_MAX;
+    n = n * base + d;
+  }
+  return neg ? -n : n;
+}
+
+/* glibc's tunable_initialize: value v is kept when it lies within t's bounds. */
+static bool glibc_take(const struct glibc_tunable *t, const char *v, int64_t *out) {
+  int64_t n = (int64_t)glibc_number(v);
+  bool in = t->size ? (uint64_t)n >= (uint64_t)t->min && (uint64_t)n <= (uint64_t)t->max : n >= t->min && n <= t->max;
+  if (in) *out = n;
+  return in;
+}
+
+/* The name at s (ended by '=') is `name`. */
+static bool glibc_is(const char *name, const char *s) {
+  size_t n = __builtin_strlen(name);
+  return __builtin_strncmp(s, name, n) == 0 && s[n] == '=';
+}
+
+/* GLIBC_TUNABLES's value: name=value pairs separated by ':'; a piece without '=' is skipped,
+ * and the text stops at a name with no value (glibc's parse_tunables). */
+static void glibc_tunables_read(const char *p, bool *set, int64_t *val) {
+  for (;;) {
+    const char *name = p;
+    size_t len = 0;
+    while (p[len] != '=' && p[len] != ':' && p[len]) len++;
+    if (!p[len]) return;
+    p += len + 1;
+    if (p[-1] == ':') continue;
+    len = 0;
+    while (p[len] != ':' && p[len]) len++;
+    if (__builtin_strncmp(name, "glibc.malloc.", 13) == 0)
+      for (size_t i = 0; i < GLIBC_N; i++)
+        if (glibc_is(glibc_tunables[i].name, name + 13)) {
+          if (glibc_take(&glibc_tunables[i], p, &val[i])) set[i] = true;
+          break;
+        }
+    p += len;
+    if (*p) p++;
+  }
+}
+
+static void glibc_read(struct fm_options *o) {
+  bool set[GLIBC_N] = {0};
+  int64_t val[GLIBC_N];
+  for (char **e = environ; e && *e; e++) {
+    const char *kv = *e;
+    if (glibc_is("GLIBC_TUNABLES", kv)) {
+      glibc_tunables_read(kv + 15, set, val);
+      continue;
+    }
+    if (kv[0] != 'M' || __builtin_strncmp(kv, "MALLOC_", 7) != 0) continue;
+    for (size_t i = 0; i < GLIBC_N; i++)
+      if (glibc_tunables[i].alias && glibc_is(glibc_tunables[i].alias, kv)) {
+        if (!set[i]) set[i] = glibc_take(&glibc_tunables[i], kv + __builtin_strlen(glibc_tunables[i].alias) + 1, &val[i]);
+        break;
+      }
+  }
+  for (size_t i = 0; i < GLIBC_N; i++)
+    if (set[i] && glibc_tunables[i].apply) glibc_tunables[i].apply(o, val[i]);
+}
+
 void options_read(struct fm_options *o) {
   *o = (struct fm_options){.retain = FM_RETAIN_DEFAULT, .retain_delay = 1000, .heap_sample = 512u << 10};
   if (opt_classes(default_classes, o)) options_fail("FLATMALLOC_CLASSES", default_classes, "bad default");
   /* In a setuid or setgid program the environment is the caller's: no setting of theirs may
    * change the pool, print the heap's layout or stop the program (glibc ignores its tunables
-   * there too). */
+   * there too), glibc's included. */
   if (os_secure()) return;
+  glibc_read(o);   /* before the FLATMALLOC_* settings, which win */
   for (char **e = environ; e && *e; e++) {
     const char *kv = *e;
     if (kv[0] != 'F' || __builtin_strncmp(kv, "FLATMALLOC_", 11) != 0) continue;

@@ -4,7 +4,9 @@
  * buffer (boot.c). Above every other file of the core; fast.h sits on it, api.c on top. */
 #include <pthread.h>
 #include <sched.h>
+#include <string.h>
 
+#include "check.h"
 #include "heap.h"
 #include "internal.h"
 #include "vg.h"
@@ -24,15 +26,26 @@ static void start(void) {
   profile_setup();
   heap_setup();
   check_pool_start();
+  if (P->valgrind) P->opt.perturb = 0;   /* the tools see the program's bytes as it left them */
   /* Check mode and memcheck send every call through the slow paths: the fast paths stay as
    * they are, with no extra test. Set last: the slow paths test it before the pool is ready,
    * and another thread that sees it set must find the pool laid out. */
   if (P->opt.check || P->valgrind || P->opt.profile) {
     P->checked = true;
   } else {
-    P->heap_chunks = P->heap_size >> FM_CHUNK_SHIFT;
-    P->small_lim = heap_on ? 0 : P->small_max + 1;   /* heap.c counts every malloc's bytes */
+    pool_route();
   }
+}
+
+/* Where the fast paths send calls: glibc's perturb byte (mallopt(M_PERTURB) may set it at any
+ * time) and the heap profiler, which counts every malloc's bytes, take every malloc to the slow
+ * path (small_lim 0); perturb takes every free there too (heap_chunks 0). */
+void pool_route(void) {
+  struct fm_pool *P = &fm_pool;
+  if (P->checked) return;   /* every call is there already */
+  bool perturb = __atomic_load_n(&P->opt.perturb, __ATOMIC_RELAXED) != 0;
+  __atomic_store_n(&P->heap_chunks, perturb ? 0 : P->heap_size >> FM_CHUNK_SHIFT, __ATOMIC_RELAXED);
+  __atomic_store_n(&P->small_lim, heap_on || perturb ? 0 : P->small_max + 1, __ATOMIC_RELAXED);
 }
 
 bool pool_init(void) {
@@ -62,10 +75,40 @@ static cold noinline void *malloc_start(size_t size) {
 
 /* checked first: under memcheck every call comes here, and each instruction on the way to
  * the requests costs (check.c's functions handle a pool not yet ready themselves) */
-void *fm_malloc_slow(size_t size) {
+static always_inline void *malloc_on(size_t size) {
   if (fm_pool.checked) return check_malloc(size);
   if (likely(pool_ready())) return heap_on ? heap_alloc(size) : block_alloc(size);
   return malloc_start(size);
+}
+
+/* ---- glibc's perturb byte (MALLOC_PERTURB_, mallopt(M_PERTURB)): as glibc, a block handed out
+ * reads N ^ 0xff over the bytes asked for, a freed block N over all its usable bytes (glibc
+ * spares the blocks its thread cache takes; here every block). pool_route sends every call
+ * here while it is set; one test each on the slow paths, none on the fast ones. ---- */
+static int perturb_byte(void) { return __atomic_load_n(&fm_pool.opt.perturb, __ATOMIC_RELAXED); }
+
+/* Past the fill, the fast paths' own steps where they would have taken the call (a block of
+ * the thread's cache; a free of a live block of a class, as block_free's common case), else
+ * the slow path's. bench/pairs 64 B under callgrind: 58 instructions a pair without the byte,
+ * 211 with it (glibc with its byte: 137, its thread cache's blocks left unfilled). */
+static cold noinline void *malloc_perturbed(size_t size) {
+  void *p = NULL;
+  if (likely(size <= fm_pool.small_max && !fm_pool.checked && !heap_on && pool_ready())) {
+    struct fm_tcache *tc = fm_tc;
+    unsigned c1 = fm_pool.cls_of[(size + FM_ALIGN - 1) / FM_ALIGN];
+    if (likely(!fm_bin_empty(tc, c1))) p = fm_pop(tc, c1, NULL);
+  }
+  if (!p) p = malloc_on(size);
+  int n = perturb_byte();
+  if (p && n && !boot_owns(p)) memset(p, (n ^ 0xff) & 0xff, size);
+  return p;
+}
+
+static cold noinline void free_perturbed(void *p);
+
+void *fm_malloc_slow(size_t size) {
+  if (unlikely(perturb_byte())) return malloc_perturbed(size);
+  return malloc_on(size);
 }
 
 static always_inline void free_block_in(void *p, fm_st *st, unsigned c1) {
@@ -86,9 +129,35 @@ void fm_free_block(void *p, fm_st *st, unsigned c1) {
   free_block_in(p, st, c1);
 }
 
-void fm_free_slow(void *p) {
+static always_inline void free_on(void *p) {
   if (fm_pool.checked) return check_free(p);
   if (heap_on && p) heap_free(p);   /* a sampled block: its record goes first */
   if (p) block_free(p);
+}
+
+/* A bad pointer is validated as the release will validate it, and stops there, named as free
+ * names it; blocks of the bootstrap buffer are never reused and stay as they are. */
+static void free_perturbed(void *p) {
+  int n = perturb_byte();
+  if (!p || !n || boot_owns(p)) return free_on(p);
+  if (likely(!fm_pool.checked && !heap_on)) {
+    fm_st *st;
+    int c = class_find(p, &st);
+    if (likely(c >= 0 && st_live(st_load(st)))) {
+      memset(p, n & 0xff, fm_pool.cls[c].size);
+      return tcache_free(p, (unsigned)c, st);
+    }
+  }
+  size_t size = 0;
+  struct check_block f;
+  if (!fm_pool.checked) size = block_usable(p, CALL_FREE);
+  else if (check_find(p, &f) == V_OK) size = f.size;
+  memset(p, n & 0xff, size);
+  free_on(p);
+}
+
+void fm_free_slow(void *p) {
+  if (unlikely(perturb_byte())) return free_perturbed(p);
+  free_on(p);
 }
 

@@ -382,6 +382,7 @@ struct fm_options {
   size_t retain;
   uint32_t retain_delay;    /* FLATMALLOC_RETAIN_DELAY: ms the recent peak in use stays in the budget */
   bool prefault, stats, check;
+  int perturb;              /* glibc's perturb byte (MALLOC_PERTURB_, mallopt(M_PERTURB)); 0: off (slow.c) */
   const char *profile;      /* FLATMALLOC_PROFILE: record request sizes into this path's FILE.PID */
   const char *heap;         /* FLATMALLOC_HEAP: heap profiles of sampled stacks into FILE.PID (heap.c) */
   size_t heap_sample;       /* FLATMALLOC_HEAP_SAMPLE: mean bytes between samples */

@@ -52,7 +52,7 @@ chown root:root "$syslib"
 chmod 4755 "$syslib"
 echo "library copy: $syslib (mode 4755); programs in $dir"
 
-VARS=(FLATMALLOC_POOL FLATMALLOC_STATS FLATMALLOC_CLASSES FLATMALLOC_CHECK FLATMALLOC_PREFAULT FLATMALLOC_HEAP FLATMALLOC_HEAP_SAMPLE FLATMALLOC_HEAP_SIGNAL FLATMALLOC_FOO)
+VARS=(FLATMALLOC_POOL FLATMALLOC_STATS FLATMALLOC_CLASSES FLATMALLOC_CHECK FLATMALLOC_PREFAULT FLATMALLOC_HEAP FLATMALLOC_HEAP_SAMPLE FLATMALLOC_HEAP_SIGNAL FLATMALLOC_FOO MALLOC_PERTURB_ MALLOC_TRIM_THRESHOLD_ MALLOC_ARENA_MAX GLIBC_TUNABLES)
 out=$FM_TMP/out
 err=$FM_TMP/err
 
@@ -151,4 +151,20 @@ fm_check "the setuid program wrote no heap profile"
 [ -z "$(ls "$dir" | grep '^heap')" ] || fm_fail "FLATMALLOC_HEAP wrote $(ls "$dir" | grep '^heap')"
 fm_ok "no $dir/heap.*"
 
+echo "== glibc's settings too (docs/glibc.md): perturb byte and checking mode =="
+fm_check "a plain program: MALLOC_PERTURB_=85 fills freed blocks with 0x55, MALLOC_CHECK_=3 is checking mode"
+run_as_nobody plain_probe MALLOC_PERTURB_=85 MALLOC_CHECK_=3
+[ "$rc" -eq 0 ] && [ "$(field freed)" = 55 ] && [ "$(field usable1)" = 1 ] || {
+  fm_show "$out" stdout
+  fm_show "$err" stderr
+  fm_fail "status $rc, freed=$(field freed) (expected 55), usable1=$(field usable1) (expected 1)"
+}
+fm_ok "freed=55 usable1=1"
+# (glibc erases MALLOC_CHECK_ and glibc.malloc.check from a setuid program's environment itself;
+# the perturb byte and the others stay there, and flatmalloc ignores them)
+secure MALLOC_PERTURB_=85 GLIBC_TUNABLES=glibc.malloc.perturb=85:glibc.malloc.trim_threshold=-1 MALLOC_TRIM_THRESHOLD_=-1 MALLOC_ARENA_MAX=1
+fm_check "the setuid program's freed block is not perturbed"
+[ "$(field freed)" = 11 ] && [ "$(field usable1)" -gt 1 ] || fm_fail "freed=$(field freed) (expected 11), usable1=$(field usable1)"
+fm_ok "freed=11 usable1=$(field usable1)"
+secure MALLOC_PERTURB_=abc GLIBC_TUNABLES=glibc.malloc.perturb=999
 echo "setuid: all checks passed"

@@ -7,9 +7,13 @@
  *     env VAR=VALUE|unset              each VAR as the program sees it
  *     pool N                           the pool's reserved bytes (flatmalloc_stats_json)
  *     alloc ok                         blocks of every size were served, written and freed
+ *     freed XX                         a byte of a block filled with 0x11 and freed (glibc's
+ *                                      perturb byte N: N; flatmalloc writes nothing else there)
+ *     usable1 N                        malloc_usable_size(malloc(1)) (1 in checking mode)
  * and writes nothing on stderr itself. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,5 +46,11 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < 200; i++) free(v[i]);
   printf("alloc ok\n");
+  volatile unsigned char *freed = malloc(5000);
+  if (!freed) return printf("alloc failed at 5000\n"), 1;
+  memset((void *)freed, 0x11, 5000);
+  free((void *)freed);
+  printf("freed %02x\n", freed[100]);   /* a read after free, on purpose */
+  printf("usable1 %zu\n", malloc_usable_size(malloc(1)));
   return 0;
 }

@@ -231,7 +231,7 @@ static const struct option options[] = {
   {"FLATMALLOC_LARGE", "0", opt_large, "percent of the pool reserved for blocks above the largest class"},
   {"FLATMALLOC_RETAIN", "64M", opt_retain, "free large memory kept resident before pages go back"},
   {"FLATMALLOC_RETAIN_DELAY", "1000", opt_retain_delay, "ms the pages of a shrinking heap stay before going back"},
-  {"FLATMALLOC_PREFAULT", "0", opt_prefault, "1: commit every page of the pool at start-up"},
+  {"FLATMALLOC_PREFAULT", "0", opt_prefault, "1: the real-time profile: every page of the pool resident at start-up and kept (needs FLATMALLOC_POOL)"},
   {"FLATMALLOC_STATS", "0", opt_stats, "1: print statistics to stderr at exit"},
   {"FLATMALLOC_CHECK", "0", opt_check, "1: checking mode (headers, canaries, abort on misuse)"},
   {"FLATMALLOC_PROFILE", "unset", opt_profile, "record request sizes and peaks into FILE.PID at exit"},

@@ -27,6 +27,7 @@
 
 struct worker {
     pthread_t th;
+    int cpu;   /* each thread runs on a CPU of its own, so its refills use that CPU's shards */
     fmt_rng rng;
     size_t lo, hi, steps;
     void *p[SLOTS];
@@ -71,6 +72,10 @@ static size_t pick_size(struct worker *w)
 static void *work(void *arg)
 {
     struct worker *w = arg;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(w->cpu, &set);
+    CHECK(pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0, "the worker to CPU %d (the test needs two CPUs)", w->cpu);
     for (int i = 0; i < SLOTS; i++) {
         w->p[i] = flatmalloc_malloc(pick_size(w));
         CHECK(w->p[i], "malloc failed");
@@ -190,7 +195,7 @@ static void round_of(size_t lo, size_t hi, size_t steps, uint64_t seed)
     pthread_barrier_init(&churned, NULL, 3);
     pthread_barrier_init(&checked, NULL, 3);
     for (int t = 0; t < 2; t++) {
-        w[t] = (struct worker){.rng = {seed * 31 + (uint64_t)t}, .lo = lo, .hi = hi, .steps = steps};
+        w[t] = (struct worker){.cpu = t, .rng = {seed * 31 + (uint64_t)t}, .lo = lo, .hi = hi, .steps = steps};
         CHECK((w[t].wrote = calloc(meta_lines, sizeof(uint32_t))) && (bits[t] = calloc(words, 8)), "calloc");
         CHECK(pthread_create(&w[t].th, NULL, work, &w[t]) == 0, "pthread_create");
     }

@@ -63,6 +63,9 @@ static bool spill;
 #define SPILL_RUN 64u
 unsigned vg_spill_run;
 static void spill_start(void) { __atomic_store_n(&vg_spill_run, SPILL_RUN, __ATOMIC_RELAXED); }
+/* A request memcheck's heap may be handed: Valgrind's own allocator asserts (and stops the
+ * program) on sizes near SSIZE_MAX and on huge alignments, where glibc returns NULL. */
+static bool spill_fits(size_t size, size_t align) { return size <= ((size_t)1 << 46) && align <= ((size_t)1 << 20); }
 
 /* A flag, not a pthread mutex: helgrind and drd see only pthread's locks, so this one orders
  * no two program threads for them (a mutex taken by every malloc and free would hide every
@@ -618,7 +621,7 @@ static bool fishy(size_t size) {
  * fishy size costs the larger ones only. */
 static void *named_malloc(size_t size) {
   if (unlikely(fishy(size))) return tool_heap.malloc(size);
-  if (unlikely(__atomic_load_n(&vg_spill_run, __ATOMIC_RELAXED))) {
+  if (unlikely(__atomic_load_n(&vg_spill_run, __ATOMIC_RELAXED)) && spill_fits(size, 0)) {
     __atomic_store_n(&vg_spill_run, __atomic_load_n(&vg_spill_run, __ATOMIC_RELAXED) - 1, __ATOMIC_RELAXED);
     return tool_heap.malloc(size);
   }
@@ -633,7 +636,7 @@ static void *named_malloc(size_t size) {
     int e = errno;
     p = (uintptr_t)native_block(size, FM_ALIGN, KIND_MALLOC, false);   /* retry, flush, errno */
     if (unlikely(!p)) {
-      if (!spill) return NULL;
+      if (!spill || !spill_fits(size, 0)) return NULL;
       errno = e;
       spill_start();
       return tool_heap.malloc(size);
@@ -652,7 +655,7 @@ static void *named_memalign(size_t size, size_t align) {
   if (forward || fishy(size)) return tool_heap.memalign(align, size);
   int e = errno;
   void *p = block_new(size, align, KIND_ALIGNED, false);
-  if (unlikely(!p) && spill) {
+  if (unlikely(!p) && spill && spill_fits(size, align)) {
     errno = e;
     return tool_heap.memalign(align, size);
   }
@@ -672,7 +675,7 @@ static void *named_calloc(size_t count, size_t size) {
     if (unlikely(p <= NATIVE_BUSY)) {
       int e = errno;
       p = (uintptr_t)native_block(n, FM_ALIGN, KIND_MALLOC, true);
-      if (!p && spill) {
+      if (!p && spill && spill_fits(n, 0)) {
         errno = e;
         return tool_heap.calloc(count, size);
       }
@@ -754,7 +757,7 @@ static void *named_realloc(void *p, size_t size) {
     void *q = stash_take(size);
     int e = errno;
     if (!q) q = block_new(size, FM_ALIGN, KIND_MALLOC, false);
-    if (unlikely(!q) && spill && (q = tool_heap.malloc(size))) {   /* p moves to memcheck's heap */
+    if (unlikely(!q) && spill && spill_fits(size, 0) && (q = tool_heap.malloc(size))) {   /* p moves to memcheck's heap */
       errno = e;
       memcpy(q, p, old < size ? old : size);
       named_free(p);

@@ -573,7 +573,11 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
         }
         if (room(tc, k1) < batch) bin_grow(tc, k, batch - room(tc, k1));
         uint32_t want = room(tc, k1) < batch ? room(tc, k1) : batch;
-        if (want) tc->moved += (uint32_t)((tc->top[k1] = tc->base[k1] + class_take(k, sh, tc->base[k1], want, k == c)) - tc->base[k1]);
+        if (want) {
+          uint32_t got_n = class_take(k, sh, tc->base[k1], want, k == c);
+          tc->top[k1] = tc->base[k1] + got_n;
+          tc->moved += got_n;
+        }
       }
       if (tc->top[k1] != tc->base[k1]) {
         got = *--tc->top[k1];

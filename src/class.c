@@ -8,7 +8,7 @@
 
 /* ---- span geometry ----------------------------------------------------------------------- */
 static uintptr_t chunk_addr(uint32_t i) { return fm_pool.heap_base + ((uintptr_t)i << FM_CHUNK_SHIFT); }
-static struct fm_line *line(uint32_t i) { return (struct fm_line *)&fm_pool.line[i]; }
+static struct fm_line *line(uint32_t i) { return &fm_pool.chunk[i].line; }
 /* The state byte of block q of the span at head: at its chunk's line's st + q (the line of the
  * chunk the block starts in, when the states sit in the lines; else every line of the span
  * names the span's states in the shadow). */
@@ -52,7 +52,7 @@ static uint32_t span_head(uint64_t e) { return (uint32_t)(((e & ~0xffull) - fm_p
 int class_at(const void *p) {
   uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
   if (off >= fm_pool.heap_size) return -1;
-  unsigned c = fm_pool.line[off >> FM_CHUNK_SHIFT].e & 0xff;
+  unsigned c = fm_pool.chunk[off >> FM_CHUNK_SHIFT].line.e & 0xff;
   return c == FM_NO_CLASS ? -1 : (int)c - 1;
 }
 
@@ -61,7 +61,7 @@ int class_at(const void *p) {
 int class_find(const void *p, fm_st **st) {
   uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
   if (off >= fm_pool.heap_size) return -1;
-  const struct fm_line *l = &fm_pool.line[off >> FM_CHUNK_SHIFT];
+  const struct fm_line *l = &fm_pool.chunk[off >> FM_CHUNK_SHIFT].line;
   uint64_t e = __atomic_load_n(&l->e, __ATOMIC_ACQUIRE), magic = fm_magic((uint8_t)e);
   unsigned __int128 m = (unsigned __int128)((uintptr_t)p - (e & ~0xffull)) * magic;
   if ((uint64_t)m >= magic) return -1;   /* inside a block, or no class (magic 0) */
@@ -74,7 +74,7 @@ int class_find(const void *p, fm_st **st) {
 /* The span (its first chunk) and the number of the block of class c that holds p, p being in a
  * span of that class; false when p lies past the span's last block. */
 static bool locate(const void *p, unsigned c, uint32_t *head, uint32_t *q) {
-  *head = span_head(fm_pool.line[((uintptr_t)p - fm_pool.heap_base) >> FM_CHUNK_SHIFT].e);
+  *head = span_head(fm_pool.chunk[((uintptr_t)p - fm_pool.heap_base) >> FM_CHUNK_SHIFT].line.e);
   *q = block_of(c, chunk_addr(*head), p);   /* a multiplication, not a division */
   return *q < fm_pool.cls[c].nblocks;
 }
@@ -140,7 +140,7 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     k->line_states = fm_line_states(size);
     k->st_shift = (uint8_t)fm_st_shift(size);
     k->bucket_mul = (((uint64_t)FM_BUCKETS << 32) + n - 1) / n;   /* (nblocks - 1) * it >> 32 < FM_BUCKETS */
-    ((uint64_t *)fm_pool.line - FM_MAGICS)[c + 1] = UINT64_MAX / size + 1;   /* fm_magic */
+    ((uint64_t *)fm_pool.chunk - FM_MAGICS)[c + 1] = UINT64_MAX / size + 1;   /* fm_magic */
     for (; units * FM_ALIGN <= size; units++) cls_of[units] = (uint8_t)(c + 1);
     if (fm_pool.realtime)
       for (unsigned s = 0; s < fm_pool.nshards; s++) fm_lock_init(&k->sh[s].lock, false);
@@ -368,10 +368,10 @@ static uint32_t give_run(const struct fm_class *k, uint64_t e, const struct fm_b
   /* locals: the state stores could alias the pool's fields for the compiler */
   const uintptr_t span = (uintptr_t)(e & ~0xffull), heap = fm_pool.heap_base;
   const uintptr_t size = k->size, nblocks = k->nblocks, bytes = (uintptr_t)k->span_chunks << FM_CHUNK_SHIFT;
-  const struct fm_line *lines = fm_pool.line;
+  const struct fm_chunk *chunks = fm_pool.chunk;
   const unsigned shift = FM_CHUNK_SHIFT;
   const bool in_lines = k->line_states;
-  const uintptr_t st0 = lines[(span - heap) >> shift].st;   /* every line's, unless in_lines */
+  const uintptr_t st0 = chunks[(span - heap) >> shift].line.st;   /* every line's, unless in_lines */
   uintptr_t set = UINTPTR_MAX;   /* the group whose summary bit the last block set */
   for (; i < n; i++) {
     uintptr_t a = (uintptr_t)b[i].p, q;
@@ -390,7 +390,7 @@ static uint32_t give_run(const struct fm_class *k, uint64_t e, const struct fm_b
     }
     if (in_lines) {
       if (a - span >= bytes) break;   /* (its line is then one of the span's) */
-      q = (uintptr_t)st - lines[(a - heap) >> shift].st;
+      q = (uintptr_t)st - chunks[(a - heap) >> shift].line.st;
     } else {
       q = (uintptr_t)st - st0;
     }
@@ -423,7 +423,7 @@ void class_give(unsigned c, unsigned sh, const struct fm_blk *b, uint32_t n) {
   h = NULL;
   for (uint32_t i = 0, j; i < n; i = j) {
     uintptr_t off = (uintptr_t)b[i].p - fm_pool.heap_base;
-    uint64_t e = off < fm_pool.heap_size ? fm_pool.line[off >> FM_CHUNK_SHIFT].e : 0;
+    uint64_t e = off < fm_pool.heap_size ? fm_pool.chunk[off >> FM_CHUNK_SHIFT].line.e : 0;
     if ((e & 0xff) != c + 1) fault_stop("a thread cache is damaged", b[i].p, (int)c);
     uint32_t head = span_head(e);
     struct fm_run *r = span_rec(head);
@@ -495,7 +495,7 @@ int class_check(unsigned c) {
       for (uint32_t x = h->bucket[b]; x && seen <= h->spans; x = span_rec(x - 1)->next, seen++) {
         uint32_t head = x - 1;
         struct fm_run *r = span_rec(head);
-        if ((fm_pool.line[head].e & 0xff) != c + 1 || r->bucket != b || bucket_of(k, r->nfree) != b || r->shard != i) faults++;
+        if ((fm_pool.chunk[head].line.e & 0xff) != c + 1 || r->bucket != b || bucket_of(k, r->nfree) != b || r->shard != i) faults++;
         uint32_t nfree = 0;
         for (uint32_t q = 0; q < k->nblocks; q++) {
           fm_st s = st_load(state_of(k, head, q));

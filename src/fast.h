@@ -27,7 +27,7 @@ static always_inline void *fm_alloc(size_t size) { return fm_alloc_or(size, fm_m
 static always_inline void fm_free(void *ptr) {
   uintptr_t ch = ((uintptr_t)ptr - fm_pool.heap_base) >> FM_CHUNK_SHIFT;
   if (likely(ch < fm_pool.heap_chunks)) {
-    const struct fm_line *l = &fm_pool.line[ch];
+    const struct fm_line *l = &fm_pool.chunk[ch].line;
     uint64_t e = l->e;
     unsigned c1 = (uint8_t)e;
     uint64_t magic = fm_magic(c1);

@@ -81,7 +81,7 @@ hidden cold __attribute__((noreturn)) void options_fail(const char *name, const 
 hidden void options_check_room(const struct fm_options *o, uint32_t heap_chunks);   /* after class_setup */
 
 /* span.c: runs of chunks, for spans and large blocks */
-hidden void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t retain_bytes);
+hidden void span_setup(uint64_t *pages, uint32_t nchunks, uint64_t retain_bytes);
 hidden int64_t span_alloc(uint32_t len, unsigned owner, bool large);   /* first chunk, or -1 */
 hidden int64_t span_alloc_aligned(uint32_t len, size_t align);
 hidden int64_t span_alloc_arena(uint32_t len);   /* a RUN_ARENA run (arena.c), owned as the large area */
@@ -97,7 +97,7 @@ hidden void span_stats(struct span_stats *s);
 hidden int span_check(void);
 
 /* The run record of chunk i (for the span and large layers above). */
-static inline struct fm_run *span_rec(uint32_t i) { return &fm_pool.rec[i]; }
+static inline struct fm_run *span_rec(uint32_t i) { return &fm_pool.chunk[i].rec; }
 
 /* large.c */
 hidden void *large_alloc(size_t size, size_t align);

@@ -21,7 +21,7 @@ static bool chunks_for(size_t size, uint32_t *len) {
 
 static void *mark(int64_t i) {
   if (i < 0) return NULL;
-  __atomic_store_n((uint64_t *)&fm_pool.line[i].e, LARGE_HEAD, __ATOMIC_RELEASE);
+  __atomic_store_n(&fm_pool.chunk[i].line.e, LARGE_HEAD, __ATOMIC_RELEASE);
   return chunk_ptr((uint32_t)i);
 }
 
@@ -53,7 +53,7 @@ void *large_calloc(size_t size) {
 
 bool large_owns(const void *p) {
   uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
-  return off < fm_pool.heap_size && !(off & (FM_CHUNK - 1)) && fm_pool.line[off >> FM_CHUNK_SHIFT].e == LARGE_HEAD;
+  return off < fm_pool.heap_size && !(off & (FM_CHUNK - 1)) && fm_pool.chunk[off >> FM_CHUNK_SHIFT].line.e == LARGE_HEAD;
 }
 
 /* Always-on check of a pointer in the heap but not in a span, handed to call: returns when p
@@ -77,7 +77,7 @@ enum fault_kind large_fault(const void *p) {
 
 void large_free(void *p) {
   uint32_t i = chunk_of(p);
-  __atomic_store_n((uint64_t *)&fm_pool.line[i].e, FM_NO_CLASS, __ATOMIC_RELAXED);
+  __atomic_store_n(&fm_pool.chunk[i].line.e, FM_NO_CLASS, __ATOMIC_RELAXED);
   span_free(i);
 }
 

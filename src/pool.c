@@ -29,7 +29,7 @@ static cold __attribute__((noreturn)) void too_small(size_t size) {
  * bytes holds N bytes of blocks. The heap starts on a chunk boundary after them, so every span
  * is aligned to the chunk size. */
 struct layout {
-  size_t nchunks, nshards, shadow_off[FM_SHADOWS], line_off, rec_off, pages_off, arena_off, tab_off, tag_off, inbox_off, shard_off, xfer_off, meta;
+  size_t nchunks, nshards, shadow_off[FM_SHADOWS], chunk_off, pages_off, arena_off, tab_off, tag_off, inbox_off, shard_off, xfer_off, meta;
   uint32_t inbox_n;
 };
 
@@ -53,20 +53,19 @@ static void layout_of(size_t size, struct layout *L) {
     unsigned s = fm_st_shift(o->class_size[c]);
     if (fm_line_states(o->class_size[c]) || L->shadow_off[s] != SIZE_MAX) continue;
     L->shadow_off[s] = off;
-    off = align_up(off + (L->nchunks << shift >> s), 64);
+    off = align_up(off + (L->nchunks << shift >> s), FM_SECTOR);
   }
-  L->line_off = align_up(off, 64) + FM_MAGICS * sizeof(uint64_t);   /* the magics below them (fm_magic) */
-  L->rec_off = align_up(L->line_off + L->nchunks * sizeof(struct fm_line), 64);
-  L->pages_off = align_up(L->rec_off + L->nchunks * sizeof(struct fm_run), 64);
+  L->chunk_off = align_up(off, FM_SECTOR) + FM_MAGICS * sizeof(uint64_t);   /* the magics below them (fm_magic) */
+  L->pages_off = align_up(L->chunk_off + L->nchunks * sizeof(struct fm_chunk), 64);
   L->arena_off = align_up(L->pages_off + (L->nchunks + 63) / 64 * 8, 64);   /* committed with the per-chunk tables */
   L->tab_off = align_up(L->arena_off + (L->nchunks / FM_ARENA_CHUNKS + 1) * FM_ARENA_REC, 64);
-  L->tag_off = align_up(L->tab_off + ntab, 64);
+  L->tag_off = align_up(L->tab_off + ntab, FM_SECTOR);
   /* the tags' inboxes: 1/64 of the pool at most (under a Valgrind tool no thread holds a tag) */
   L->inbox_n = FM_INBOX_MAX;
   while (L->inbox_n > FM_OUTBOX && (fm_pool.valgrind || (size_t)FM_TAGS * L->inbox_n * sizeof(struct fm_slot) > size / 64)) L->inbox_n /= 2;
   L->inbox_off = align_up(L->tag_off + FM_TAGS * sizeof(struct fm_tag), os_page_size());   /* opened a tag at a time */
-  L->shard_off = align_up(L->inbox_off + (size_t)FM_TAGS * L->inbox_n * sizeof(struct fm_slot), 64);
-  L->xfer_off = align_up(L->shard_off + o->nclass * L->nshards * sizeof(struct fm_shard), 64);
+  L->shard_off = align_up(L->inbox_off + (size_t)FM_TAGS * L->inbox_n * sizeof(struct fm_slot), FM_SECTOR);
+  L->xfer_off = align_up(L->shard_off + o->nclass * L->nshards * sizeof(struct fm_shard), FM_SECTOR);
   L->meta = align_up(L->xfer_off + o->nclass * L->nshards * FM_XFER * sizeof(struct fm_blk), (size_t)1 << shift);
 }
 
@@ -85,13 +84,13 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
    * now; a tag's inbox when a thread first takes the tag (tcache.c); the per-chunk tables as
    * the heap grows (span.c). */
   size_t page = os_page_size(), tab_lo = tab_off & ~(page - 1), shard_lo = L->shard_off & ~(page - 1);
-  uintptr_t magics = base + L->line_off - FM_MAGICS * sizeof(uint64_t);
+  uintptr_t magics = base + L->chunk_off - FM_MAGICS * sizeof(uint64_t);
   if (P->lazy_commit && (!os_commit((void *)(base + tab_lo), L->inbox_off - tab_lo) ||
                          !os_commit((void *)(base + shard_lo), meta - shard_lo) ||
-                         !os_commit((void *)(magics & ~(page - 1)), base + L->line_off - (magics & ~(page - 1)))))
+                         !os_commit((void *)(magics & ~(page - 1)), base + L->chunk_off - (magics & ~(page - 1)))))
     options_fail("FLATMALLOC_POOL", o->pool_text ? o->pool_text : "(default)",
                  "the system refused to open the pool's tables (the commit limit, vm.overcommit_memory=2)");
-  P->line = (const struct fm_line *)(base + L->line_off);
+  P->chunk = (struct fm_chunk *)(base + L->chunk_off);
   for (unsigned s = 0; s < FM_SHADOWS; s++)
     P->st_bias[s] = L->shadow_off[s] == SIZE_MAX ? 0 : base + L->shadow_off[s] - (P->heap_base >> s);
   P->tags = (struct fm_tag *)(base + L->tag_off);
@@ -112,7 +111,7 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
   for (unsigned c = 0; c < o->nclass; c++)
     if (heap_chunks < P->cls[c].span_chunks) too_small(size);   /* the largest class's, as a rule */
   options_check_room(o, heap_chunks);
-  span_setup((struct fm_run *)(base + L->rec_off), (uint64_t *)(base + L->pages_off), heap_chunks, o->retain);
+  span_setup((uint64_t *)(base + L->pages_off), heap_chunks, o->retain);
 }
 
 /* Reserves size bytes starting on a 2 MiB boundary; the slack before it is never touched. */

@@ -36,7 +36,6 @@
 
 static struct {
   pthread_mutex_t lock;
-  struct fm_run *rec;
   uint64_t *pages;           /* bit per chunk: may hold pages */
   uint32_t nchunks, top;     /* [top, nchunks) was never handed out */
   uint32_t quarantine;       /* runs that start below it belong to a forked parent */
@@ -54,7 +53,7 @@ static struct {
   uint64_t outstanding;                 /* sum of max(0, reserve - held) */
 } H = {.lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP};
 
-static struct fm_run *R(uint32_t i) { return &H.rec[i]; }
+static struct fm_run *R(uint32_t i) { return span_rec(i); }
 static uint32_t idx1(uint32_t i) { return i + 1; }
 
 /* ---- the pages bitmap -------------------------------------------------------------------- */
@@ -318,7 +317,7 @@ static bool commit_to(uint32_t to) {
     if (fm_pool.st_bias[s] && !commit_entries((const void *)(fm_pool.st_bias[s] + (fm_pool.heap_base >> s)),
                                               (size_t)1 << (FM_CHUNK_SHIFT - s), H.committed, want))
       return false;
-  if (!commit_entries(fm_pool.line, sizeof *fm_pool.line, H.committed, want) || !commit_entries(H.rec, sizeof *H.rec, H.committed, want) ||
+  if (!commit_entries(fm_pool.chunk, sizeof *fm_pool.chunk, H.committed, want) ||
       !commit_entries(H.pages, 1, H.committed / 8, (want + 63) / 8) ||
       !commit_entries(fm_pool.arenas, FM_ARENA_REC, H.committed / FM_ARENA_CHUNKS, want / FM_ARENA_CHUNKS + 1) ||
       !os_commit((void *)(fm_pool.heap_base + ((uintptr_t)H.committed << FM_CHUNK_SHIFT)),
@@ -390,9 +389,8 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
 }
 
 /* ---- interface --------------------------------------------------------------------------- */
-void span_setup(struct fm_run *rec, uint64_t *pages, uint32_t nchunks, uint64_t retain_bytes) {
+void span_setup(uint64_t *pages, uint32_t nchunks, uint64_t retain_bytes) {
   if (fm_pool.realtime) fm_lock_init(&H.lock, true);
-  H.rec = fm_pool.rec = rec;
   H.pages = pages;
   H.nchunks = nchunks;
   span_set_retain(fm_pool.opt.prefault ? UINT64_MAX : retain_bytes);   /* a prefaulted pool keeps its pages */

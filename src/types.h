@@ -17,10 +17,11 @@
  * "may hold pages"; plus the size -> class table, the owner tags, the classes' shards and their
  * transfer caches. No allocator
  * metadata lives in free memory: a stray write into a freed block can corrupt nothing but that
- * block. No cache line of meta that malloc() and free() write holds records of two spans (a
- * chunk's line and its run record are a cache line each, a chunk's states in a shadow a whole
- * number of them): spans belong to one shard, and threads that share no shard write no
- * common line, whichever chunks their spans have side by side.
+ * block. No cache line of meta that malloc() and free() write holds records of two spans, nor
+ * does a sector (FM_SECTOR: the two cache lines a CPU fetches together) of chunk records (a
+ * chunk's line and its run record are a sector, a chunk's states in a shadow a whole number of
+ * cache lines; shards and tags a sector each): spans belong to one shard, and threads that
+ * share no shard write no common line, whichever chunks their spans have side by side.
  *
  * RUN (span.c). The heap is handed out in runs of whole chunks, to a size class (a span) or to
  * one large block. Free runs are indexed by length with TLSF bitmaps (O(1) good fit; those that
@@ -52,10 +53,10 @@
  * reaches it), found from the chunk's line: block q's is at line.st + q. free() finds q by one
  * multiplication by the class's magic (q = high half, and the low half < magic iff the address
  * is a block start). A class of at most 16 blocks a chunk (1 KiB and up) keeps the states of
- * the blocks starting in a chunk in that chunk's line itself, a cache line of its own, so a
- * free reads one cache line of meta and two threads whose spans have neighbouring chunks write
- * none in common (with two lines to a cache line, as before, two threads churning blocks of
- * 1-4 KiB did no more together than one alone). A smaller class's states are packed per span
+ * the blocks starting in a chunk in that chunk's line itself, in a sector with the chunk's run
+ * record, so a free reads one cache line of meta and two threads whose spans have neighbouring
+ * chunks write none in common (with two lines to a cache line two threads churning blocks of
+ * 1-4 KiB did 0.9x one thread's work, with a line each but two to a sector 1.5-1.6x). A smaller class's states are packed per span
  * in a shadow, a meta array of one byte per 2^s heap bytes, 2^s being the class's size rounded
  * down to a power of two, at most 256 (a shadow per such scale that a class uses; a chunk's
  * part of one is whole cache lines), from the start of the span's part of it (every line of
@@ -172,6 +173,11 @@
 #define cold __attribute__((cold))
 #define hidden __attribute__((visibility("hidden")))
 #define cacheline_aligned __attribute__((aligned(64)))
+/* A sector: the two cache lines an x86 CPU fetches together (its adjacent-line prefetcher).
+ * Records that two threads write sit in sectors of their own: a line apart is not enough (two
+ * threads writing neighbouring lines of one sector ran 1.3x one thread's rate, not 1.9x). */
+#define FM_SECTOR 128u
+#define sector_aligned __attribute__((aligned(FM_SECTOR)))
 
 /* ---- may be modified --------------------------------------------------------------------- */
 #define FM_CLASS_MAX 64              /* most size classes FLATMALLOC_CLASSES may declare */
@@ -237,15 +243,14 @@ _Static_assert((FM_INBOX_MAX & (FM_INBOX_MAX - 1)) == 0 && FM_INBOX_MAX >= FM_OU
 _Static_assert((FM_ALIGN & (FM_ALIGN - 1)) == 0, "alignment is a power of two");
 _Static_assert((FM_POOL_MAX >> FM_CHUNK_SHIFT) < UINT32_MAX, "chunk indexes + 1 fit 32 bits");
 
-/* One per chunk, in the meta area: all free() reads about a chunk, in a cache line of its own
- * (BLOCK STATE: no two spans' chunks write one). */
+/* A chunk's line: all free() reads about a chunk (BLOCK STATE). */
 #define FM_LINE_STATES 16u
 struct fm_line {
   uint64_t e;                    /* span address (a chunk's: its low byte 0) | (class + 1); 0: not in a span */
   uintptr_t st;                  /* block q starting in this chunk has its state at st + q */
   fm_st own[FM_LINE_STATES];     /* those states, for a class of at most 16 blocks a chunk */
 } cacheline_aligned;
-_Static_assert(sizeof(struct fm_line) == 64, "a line to a cache line, found by one shift");
+_Static_assert(sizeof(struct fm_line) == 64, "a line to a cache line");
 _Static_assert((FM_CHUNK >> FM_ST_SHIFT_MAX) % 64 == 0, "a shadow's chunks are whole cache lines");
 
 /* A cached block and its state byte: the cache keeps the state's address so malloc() writes it
@@ -280,7 +285,7 @@ struct fm_tag {
   _Atomic uint32_t live;      /* a thread holds the tag; 0: its blocks are anyone's to drain */
   _Atomic uint32_t draining;  /* a thread drains the blocks of a tag no thread holds */
   uintptr_t pending;          /* blocks taken off the stack, not yet home (mangled links) */
-} cacheline_aligned;
+} sector_aligned;
 
 /* A thread cache: per class (indexed by class + 1, as the page map and the size table name
  * classes), its free blocks b[c1][base..top), newest last, each beside its state byte.
@@ -332,7 +337,7 @@ struct fm_shard {
   uint32_t xfer_n;                    /* blocks in the transfer cache */
   uint64_t out;                       /* blocks taken from this shard's spans, not given back */
   uint64_t peak, spans, spans_peak, borrows, exhausted;
-} cacheline_aligned;   /* zero is its start (an unlocked mutex, epoch 0): set-up writes none of it */
+} sector_aligned;   /* zero is its start (an unlocked mutex, epoch 0): set-up writes none of it */
 
 /* One size class: geometry and its shards. */
 struct fm_class {
@@ -369,6 +374,14 @@ struct fm_run {
 };
 _Static_assert(sizeof(struct fm_run) == 64, "one run record per cache line");
 
+/* One per chunk, in the meta area: its line and its run record, a sector of their own (no two
+ * spans' chunks write one), found by one shift. */
+struct fm_chunk {
+  struct fm_line line;
+  struct fm_run rec;
+} sector_aligned;
+_Static_assert(sizeof(struct fm_chunk) == FM_SECTOR, "a chunk's records are a sector");
+
 /* Settings, read once from the environment (options.c). */
 struct fm_options {
   size_t pool;              /* 0: physical memory, halved until the reservation succeeds */
@@ -395,7 +408,7 @@ struct fm_pool {
   size_t heap_chunks;        /* chunks in the heap; 0 sends every free to the slow path */
   size_t small_lim;          /* sizes below this take the fast path; 0 before start-up */
   const uint8_t *cls_of;     /* (size + 15) / 16 -> class + 1 */
-  const struct fm_line *line;   /* per chunk: span, class, where its blocks' states are */
+  struct fm_chunk *chunk;    /* per chunk: its line (span, class, where its blocks' states are) and run record */
   uint64_t key;              /* random, per process */
 
   uint64_t link_key;         /* random, odd: mangles remote stacks' links (tcache.c) */
@@ -412,7 +425,6 @@ struct fm_pool {
   bool count_lockers;        /* check.c's native calls are on: fm_lock counts in lockers */
   _Atomic uint32_t lockers;  /* program threads holding or waiting for a class's or the heap's lock */
   _Atomic int state;         /* pool.c: none, starting, ready */
-  struct fm_run *rec;        /* run records, one per chunk (span.c) */
   unsigned nshards;          /* shards per class: a power of two */
   unsigned cpus;             /* CPUs the process may run on (sched_getaffinity) */
   struct fm_blk *xfer;       /* the shards' transfer caches, FM_XFER blocks each (class.c) */
@@ -440,7 +452,7 @@ hidden extern struct fm_tcache fm_tc_empty;
  * right below the lines (pool.c), so free() reads one at an offset from the lines' address it
  * already holds. */
 #define FM_MAGICS 256u
-static inline uint64_t fm_magic(unsigned c1) { return ((const uint64_t *)fm_pool.line - FM_MAGICS)[c1]; }
+static inline uint64_t fm_magic(unsigned c1) { return ((const uint64_t *)fm_pool.chunk - FM_MAGICS)[c1]; }
 
 /* Does a class of this size keep its states in the chunks' lines (at most FM_LINE_STATES blocks
  * start in a chunk), rather than in a shadow? */

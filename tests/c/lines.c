@@ -1,5 +1,7 @@
-/* lines: two threads that share no block write no common cache line of the allocator's records
- * (issue 48; types.h, BLOCK STATE).
+/* lines: two threads that share no block write no common cache line of the allocator's records,
+ * nor one sector of the chunks' records (issue 48; types.h, BLOCK STATE): a sector is the two
+ * cache lines a CPU fetches together (FM_SECTOR), and two threads writing the two lines of one
+ * sector did little more than one thread.
  *
  * Two threads each churn a working set of their own (1,000 slots: free a random slot, malloc a
  * random size into it, one byte written), in three rounds: 1-4 KiB (classes whose states sit in
@@ -7,7 +9,8 @@
  * and calls flatmalloc_* directly (no preload), so it can read the pool's tables. Checked:
  *
  *   churn     no cache line of meta that both threads' malloc and free wrote (each block's state
- *             byte and its chunk's line) did so for two different chunks: a line both wrote was
+ *             byte and its chunk's line, a chunk's records counting as their whole sector) did
+ *             so for two different chunks: a line both wrote was
  *             written for one chunk, which went from one thread's span to the other's in between
  *             (a span whose blocks were all free went back to the heap)
  *   spans     then, both threads holding their working sets: no span holds blocks of both (each
@@ -38,19 +41,32 @@ struct worker {
 static pthread_barrier_t churned, checked;
 static size_t meta_lines;
 
-/* Bit of the cache line holding a (in the meta area). */
+/* The cache line holding a (in the meta area); for a chunk's records, the first of its sector
+ * (*n: the lines to mark, 1 or 2). */
+static uintptr_t line_of(const void *a, unsigned *n)
+{
+    uintptr_t at = (uintptr_t)a, chunks = (uintptr_t)fm_pool.chunk, i;
+    *n = 1;
+    if (at - chunks < fm_pool.heap_chunks * sizeof(struct fm_chunk)) {
+        at &= ~(uintptr_t)(FM_SECTOR - 1);
+        *n = FM_SECTOR / 64;
+    }
+    i = (at - fm_pool.base) >> 6;
+    CHECK(i + *n <= meta_lines, "%p is not in the meta area", a);
+    return i;
+}
+
 static void mark(uint64_t *bits, const void *a)
 {
-    uintptr_t i = ((uintptr_t)a - fm_pool.base) >> 6;
-    CHECK(i < meta_lines, "%p is not in the meta area", a);
-    bits[i / 64] |= 1ull << (i % 64);
+    unsigned n;
+    for (uintptr_t i = line_of(a, &n), e = i + n; i < e; i++) bits[i / 64] |= 1ull << (i % 64);
 }
 
 static void mark_for(uint32_t *wrote, const void *a, uint32_t chunk)
 {
-    uintptr_t i = ((uintptr_t)a - fm_pool.base) >> 6;
-    CHECK(i < meta_lines, "%p is not in the meta area", a);
-    wrote[i] = wrote[i] == 0 || wrote[i] == chunk + 1 ? chunk + 1 : UINT32_MAX;
+    unsigned n;
+    for (uintptr_t i = line_of(a, &n), e = i + n; i < e; i++)
+        wrote[i] = wrote[i] == 0 || wrote[i] == chunk + 1 ? chunk + 1 : UINT32_MAX;
 }
 
 /* The records a free or malloc of p writes: its state byte and its chunk's line. */
@@ -60,7 +76,7 @@ static void mark_block(uint32_t *wrote, const void *p)
     uint32_t chunk = (uint32_t)(((uintptr_t)p - fm_pool.heap_base) >> FM_CHUNK_SHIFT);
     CHECK(class_find(p, &st) >= 0, "%p is not a block of a span", p);
     mark_for(wrote, st, chunk);
-    mark_for(wrote, &fm_pool.line[chunk], chunk);
+    mark_for(wrote, &fm_pool.chunk[chunk].line, chunk);
 }
 
 static size_t pick_size(struct worker *w)
@@ -99,7 +115,7 @@ static void *work(void *arg)
 /* The first chunk of the span holding p, and its class. */
 static uint32_t span_of(const void *p, const struct fm_class **k)
 {
-    uint64_t e = fm_pool.line[((uintptr_t)p - fm_pool.heap_base) >> FM_CHUNK_SHIFT].e;
+    uint64_t e = fm_pool.chunk[((uintptr_t)p - fm_pool.heap_base) >> FM_CHUNK_SHIFT].line.e;
     CHECK((e & 0xff) != FM_NO_CLASS, "%p is in no span", p);
     *k = &fm_pool.cls[(e & 0xff) - 1];
     return (uint32_t)(((e & ~0xffull) - fm_pool.heap_base) >> FM_CHUNK_SHIFT);
@@ -118,10 +134,7 @@ static size_t mark_spans(const struct worker *w, uint64_t *bits, uint8_t *owner,
         owner[head] = me;
         spans++;
         for (uint32_t j = 0; j < k->span_chunks; j++) {
-            mark(bits, &fm_pool.line[head + j]);
-            mark(bits, (const char *)&fm_pool.line[head + j] + sizeof(struct fm_line) - 1);
-            mark(bits, span_rec(head + j));
-            mark(bits, (const char *)span_rec(head + j) + sizeof(struct fm_run) - 1);
+            mark(bits, &fm_pool.chunk[head + j]);
         }
         if (!k->line_states) {
             const fm_st *st = fm_st_q(k, fm_pool.heap_base + ((uintptr_t)head << FM_CHUNK_SHIFT), 0);
@@ -146,14 +159,12 @@ static size_t common(const uint64_t *a, const uint64_t *b, size_t *na, size_t *n
 /* Names the records on cache line i of meta (for a failure's message). */
 static void show_line(size_t i)
 {
-    uintptr_t lines = (uintptr_t)fm_pool.line, rec = (uintptr_t)span_rec(0);
+    uintptr_t chunks = (uintptr_t)fm_pool.chunk;
     {
         uintptr_t at = fm_pool.base + (i << 6);
-        if (at - lines < fm_pool.heap_chunks * sizeof(struct fm_line))
-            fprintf(stderr, "  line of chunk %zu (class + 1: %u)\n", (size_t)((at - lines) / sizeof(struct fm_line)),
-                    (unsigned)(fm_pool.line[(at - lines) / sizeof(struct fm_line)].e & 0xff));
-        else if (at - rec < fm_pool.heap_chunks * sizeof(struct fm_run))
-            fprintf(stderr, "  run record of chunk %zu\n", (size_t)((at - rec) / sizeof(struct fm_run)));
+        if (at - chunks < fm_pool.heap_chunks * sizeof(struct fm_chunk))
+            fprintf(stderr, "  line and run record of chunk %zu (class + 1: %u)\n", (size_t)((at - chunks) / sizeof(struct fm_chunk)),
+                    (unsigned)(fm_pool.chunk[(at - chunks) / sizeof(struct fm_chunk)].line.e & 0xff));
         else
             fprintf(stderr, "  meta at offset %zu (a shadow's states)\n", (size_t)(at - fm_pool.base));
     }

@@ -8,8 +8,10 @@
  * Described mode, tool by tool:
  * - memcheck: the pool is one block of memcheck's own heap (check_pool_map), because memcheck's
  *   leak search scans every mapping of the program as a root except its own heap: blocks in an
- *   mmap'ed pool would keep each other reachable. Freed blocks are held back (the quarantine)
- *   for memcheck's --freelist-vol bytes, as memcheck's own malloc holds them.
+ *   mmap'ed pool would keep each other reachable. That block is marked unallocated in
+ *   Valgrind's heap (arena_flag_set), so that memcheck describes an address no block holds as
+ *   glibc's run does its heap's free memory. Freed blocks are held back (the quarantine) for
+ *   memcheck's --freelist-vol bytes, as memcheck's own malloc holds them.
  * - drd: the pool and the pool's bookkeeping are untracked; a block is fresh, tracked memory
  *   from malloc to free (a block another thread freed is new memory, not a race). The
  *   bookkeeping runs in native calls (as under memcheck), which take no pthread lock and whose
@@ -856,9 +858,16 @@ size_t check_usable(void *p) {
 /* memcheck's --freelist-vol and --track-origins: the tool's options are not the program's, but
  * the kernel's copy of the command line is (/proc/thread-self/cmdline; Valgrind fakes
  * /proc/self/cmdline), and VALGRIND_OPTS comes before it. */
-static bool origins;
+/* arena_walks: Valgrind walks every block of its heap (--sanity-level=2 and above, at exit with
+ * --stats=yes or --profile-heap=yes), counting a superblock's bytes in 32 bits (m_mallocfree.c's
+ * sanity_check_malloc_arena and cc_analyse_alloc_arena: "UInt i ... i += mk_plain_bszB(b_bszB)"),
+ * so a heap block of 4 GiB or more stops Valgrind with an assertion; those walks also check each
+ * block's in-use mark against the free lists (see arena_flag_set). */
+static bool origins, arena_walks;
 static void parse_option(const char *arg) {
-  static const char vol[] = "--freelist-vol=", track[] = "--track-origins=";
+  static const char vol[] = "--freelist-vol=", track[] = "--track-origins=", sanity[] = "--sanity-level=";
+  if (!strncmp(arg, sanity, sizeof sanity - 1) && strtol(arg + sizeof sanity - 1, NULL, 10) > 1) arena_walks = true;
+  if (!strcmp(arg, "--stats=yes") || !strcmp(arg, "--profile-heap=yes")) arena_walks = true;
   if (!strncmp(arg, track, sizeof track - 1)) origins = !strncmp(arg + sizeof track - 1, "yes", 3);
   if (strncmp(arg, vol, sizeof vol - 1)) return;
   size_t v = 0;
@@ -924,7 +933,7 @@ bool check_setup(void) {
  * 13 s). FLATMALLOC_POOL overrides each. */
 size_t check_pool_cap(void) {
   switch (vg_running) {
-  case VG_MEMCHECK: return origins ? (size_t)64 << 20 : (size_t)16 << 30;
+  case VG_MEMCHECK: return origins ? (size_t)64 << 20 : arena_walks ? (size_t)2 << 30 : (size_t)16 << 30;
   case VG_HELGRIND: return (size_t)64 << 20;
   case VG_DRD: return (size_t)512 << 20;
   default: return (size_t)32 << 30;
@@ -944,9 +953,46 @@ static void req_hg_untracked(void *a, size_t n) { VALGRIND_HG_DISABLE_CHECKING(a
 static void req_drd_ignore(void *a, size_t n) { VALGRIND_DRD_IGNORE(a, n); }
 
 /* memcheck: the pool is one block of memcheck's heap (libc's malloc, which memcheck replaces),
- * shrunk at once to one byte in memcheck's books and released at exit, so it never shows in
- * the program's heap. Returns one byte past the block's start, so that the pool's alignment
+ * shrunk at once to one byte in memcheck's books, marked unallocated in Valgrind's heap and
+ * released at exit, so it shows in the program's heap only as that byte (docs/valgrind.md). Returns one byte past the block's start, so that the pool's alignment
  * keeps that byte out of the pool. */
+/* memcheck describes an address in no block of its own by the block of Valgrind's heap around
+ * it (m_addrinfo.c, VG_(describe_addr)): the pool's, "N bytes inside a block of size S". Its
+ * in-use mark set to unallocated, the line reads "inside an unallocated block", as glibc's run
+ * reads its heap's free memory. The mark is the low bit of the block's two size words
+ * (Valgrind 3.19's m_mallocfree.c: the block is alone in an unsplittable superblock, whose
+ * 32-byte header names itself; the size sits at the block's start, after the heap profile's
+ * word with --profile-heap=yes, and again at its end). They are found from the superblock's
+ * header and checked (nothing is written unless that layout is there), and written natively,
+ * unseen by memcheck. The block is on no free list, so Valgrind never hands it out; the mark
+ * is cleared at exit before the block is released (check_pool_end), and never set when
+ * Valgrind walks its heap's blocks (arena_walks), which would find a free block on no list. */
+static uintptr_t *arena_size_word[2];
+
+static uintptr_t native_arena_flag(uintptr_t tid, uintptr_t set, uintptr_t unused) {
+  (void)tid, (void)unused;
+  if (!arena_size_word[0]) {
+    uintptr_t sb = (uintptr_t)heap_block & ~(uintptr_t)4095, b = sb + 32;
+    if (((uintptr_t *)sb)[1] != sb) return 0;   /* not an unsplittable superblock */
+    for (uintptr_t hp = 0; hp <= 16 && !arena_size_word[0]; hp += 16) {
+      uintptr_t *lo = (uintptr_t *)(b + hp), w = *lo;
+      if (w & 1 || w < ((uintptr_t)heap_block - b) || w > ((uintptr_t *)sb)[0]) continue;
+      uintptr_t *hi = (uintptr_t *)(b + w - sizeof w);
+      if (*hi != w || (uintptr_t)heap_block - (uintptr_t)lo < 16) continue;
+      arena_size_word[0] = lo, arena_size_word[1] = hi;
+    }
+    if (!arena_size_word[0]) return 0;
+  }
+  for (int i = 0; i < 2; i++) *arena_size_word[i] = set ? *arena_size_word[i] | 1 : *arena_size_word[i] & ~(uintptr_t)1;
+  return 1;
+}
+
+static bool arena_flagged;
+static void arena_flag_set(bool set) {
+  if (set == arena_flagged) return;
+  if (VALGRIND_NON_SIMD_CALL2(native_arena_flag, set, 0)) arena_flagged = set;
+}
+
 #define VG_LOW_HOLD ((size_t)4 << 30)   /* no pool below: 32-bit garbage is never in it */
 void *check_pool_map(size_t size) {
   void *(*heap_malloc)(size_t) = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
@@ -969,6 +1015,7 @@ void *check_pool_map(size_t size) {
   }
   heap_block = p;
   vg_range(req_defined, (uintptr_t)p + 1, (uintptr_t)p + size);   /* the kernel's zeroes */
+  if (!arena_walks) arena_flag_set(true);
   return p + 1;
 }
 
@@ -1025,6 +1072,7 @@ __attribute__((destructor)) static void check_pool_end(void) {
   quick.stash_lim = 0;
   quick.queue_off++;
   pool_gone = true;
+  arena_flag_set(false);
   VALGRIND_DISABLE_ERROR_REPORTING;   /* a malloc'ed block freed as a custom one */
   VALGRIND_FREELIKE_BLOCK(heap_block, 0);
   VALGRIND_ENABLE_ERROR_REPORTING;

@@ -8,9 +8,10 @@
  * Described mode, tool by tool:
  * - memcheck: the pool is one block of memcheck's own heap (check_pool_map), because memcheck's
  *   leak search scans every mapping of the program as a root except its own heap: blocks in an
- *   mmap'ed pool would keep each other reachable. That block is marked unallocated in
- *   Valgrind's heap (arena_flag_set), so that memcheck describes an address no block holds as
- *   glibc's run does its heap's free memory. Freed blocks are held back (the quarantine) for
+ *   mmap'ed pool would keep each other reachable. In Valgrind's heap that block is split and
+ *   the pool's part marked unallocated, and memcheck forgets the block (native_arena_split):
+ *   memcheck describes an address no block holds as glibc's run does its heap's free memory,
+ *   and its leak searches count the program's blocks alone. Freed blocks are held back (the quarantine) for
  *   memcheck's --freelist-vol bytes, as memcheck's own malloc holds them.
  * - drd: the pool and the pool's bookkeeping are untracked; a block is fresh, tracked memory
  *   from malloc to free (a block another thread freed is new memory, not a race). The
@@ -862,7 +863,7 @@ size_t check_usable(void *p) {
  * --stats=yes or --profile-heap=yes), counting a superblock's bytes in 32 bits (m_mallocfree.c's
  * sanity_check_malloc_arena and cc_analyse_alloc_arena: "UInt i ... i += mk_plain_bszB(b_bszB)"),
  * so a heap block of 4 GiB or more stops Valgrind with an assertion; those walks also check each
- * block's in-use mark against the free lists (see arena_flag_set). */
+ * block's in-use mark against the free lists (see native_arena_split). */
 static bool origins, arena_walks;
 static void parse_option(const char *arg) {
   static const char vol[] = "--freelist-vol=", track[] = "--track-origins=", sanity[] = "--sanity-level=";
@@ -956,41 +957,43 @@ static void req_drd_ignore(void *a, size_t n) { VALGRIND_DRD_IGNORE(a, n); }
  * shrunk at once to one byte in memcheck's books, marked unallocated in Valgrind's heap and
  * released at exit, so it shows in the program's heap only as that byte (docs/valgrind.md). Returns one byte past the block's start, so that the pool's alignment
  * keeps that byte out of the pool. */
-/* memcheck describes an address in no block of its own by the block of Valgrind's heap around
- * it (m_addrinfo.c, VG_(describe_addr)): the pool's, "N bytes inside a block of size S". Its
- * in-use mark set to unallocated, the line reads "inside an unallocated block", as glibc's run
- * reads its heap's free memory. The mark is the low bit of the block's two size words
- * (Valgrind 3.19's m_mallocfree.c: the block is alone in an unsplittable superblock, whose
- * 32-byte header names itself; the size sits at the block's start, after the heap profile's
- * word with --profile-heap=yes, and again at its end). They are found from the superblock's
- * header and checked (nothing is written unless that layout is there), and written natively,
- * unseen by memcheck. The block is on no free list, so Valgrind never hands it out; the mark
- * is cleared at exit before the block is released (check_pool_end), and never set when
- * Valgrind walks its heap's blocks (arena_walks), which would find a free block on no list. */
-static uintptr_t *arena_size_word[2];
+/* The pool's block in Valgrind's heap (Valgrind 3.19's m_mallocfree.c), which memcheck
+ * describes an address in no block of its own by (m_addrinfo.c, VG_(describe_addr): "N bytes
+ * inside a block of size S") and which memcheck's leak search counts while memcheck knows it.
+ * The block is alone in an unsplittable superblock: a 32-byte header (the payload's size, then
+ * the superblock's own address), then the block: its size word (the low bit set: unallocated),
+ * a red zone, the payload, a red zone, its size word again. Rewritten natively (unseen by
+ * memcheck), that one block becomes three, and the superblock splittable:
+ *   1. the block memcheck's malloc returned (heap_block, a few bytes of the slack before the
+ *      pool, which the pool never touches): memcheck is told it is freed at once, so no leak
+ *      search counts it; when memcheck's queue of freed blocks gives it back, Valgrind's heap
+ *      puts it on a free list (it may hand it out again: it is no part of the pool);
+ *   2. a block marked in use that nothing ever frees, so that 1 never merges with 3 and the
+ *      superblock is never whole again (an unsplittable or wholly free superblock is unmapped);
+ *   3. the rest, the pool, marked unallocated and on no free list: Valgrind never hands it out,
+ *      and memcheck describes an address there "inside an unallocated block", as glibc's run
+ *      reads its heap's free memory.
+ * The layout is checked first (the superblock names itself, the block is alone in it, its two
+ * size words agree, its payload is where the red zones put it, no heap profile's word): nothing
+ * is written unless it is there, and the pool then stays one block in use in memcheck's books,
+ * shrunk to one byte, released at exit. Not done when Valgrind walks its heap's blocks
+ * (arena_walks), which would find a free block on no list. */
+static bool arena_split;
 
-static uintptr_t native_arena_flag(uintptr_t tid, uintptr_t set, uintptr_t unused) {
-  (void)tid, (void)unused;
-  if (!arena_size_word[0]) {
-    uintptr_t sb = (uintptr_t)heap_block & ~(uintptr_t)4095, b = sb + 32;
-    if (((uintptr_t *)sb)[1] != sb) return 0;   /* not an unsplittable superblock */
-    for (uintptr_t hp = 0; hp <= 16 && !arena_size_word[0]; hp += 16) {
-      uintptr_t *lo = (uintptr_t *)(b + hp), w = *lo;
-      if (w & 1 || w < ((uintptr_t)heap_block - b) || w > ((uintptr_t *)sb)[0]) continue;
-      uintptr_t *hi = (uintptr_t *)(b + w - sizeof w);
-      if (*hi != w || (uintptr_t)heap_block - (uintptr_t)lo < 16) continue;
-      arena_size_word[0] = lo, arena_size_word[1] = hi;
-    }
-    if (!arena_size_word[0]) return 0;
-  }
-  for (int i = 0; i < 2; i++) *arena_size_word[i] = set ? *arena_size_word[i] | 1 : *arena_size_word[i] & ~(uintptr_t)1;
+static uintptr_t native_arena_split(uintptr_t tid, uintptr_t unused1, uintptr_t unused2) {
+  (void)tid, (void)unused1, (void)unused2;
+  uintptr_t sb = (uintptr_t)heap_block & ~(uintptr_t)4095, b = sb + 32, *w = (uintptr_t *)sb;
+  if (w[1] != sb) return 0;   /* not an unsplittable superblock */
+  uintptr_t lo = b, size = *(uintptr_t *)lo, lead = (uintptr_t)heap_block - b;   /* size word, red zone */
+  if (size & 15 || size != w[0] || lead < 16 || lead & 15 || size < 4 * 2 * lead + 4096) return 0;
+  if (*(uintptr_t *)(b + size - sizeof size) != size) return 0;
+  uintptr_t one = 2 * lead + 16, two = 2 * lead + 16, three = size - one - two;
+  uintptr_t *w1 = (uintptr_t *)b, *w2 = (uintptr_t *)(b + one), *w3 = (uintptr_t *)(b + one + two);
+  w1[0] = one, w1[one / sizeof *w1 - 1] = one;
+  w2[0] = two, w2[two / sizeof *w2 - 1] = two;
+  w3[0] = three | 1, w3[three / sizeof *w3 - 1] = three | 1;
+  w[1] = 0;   /* splittable */
   return 1;
-}
-
-static bool arena_flagged;
-static void arena_flag_set(bool set) {
-  if (set == arena_flagged) return;
-  if (VALGRIND_NON_SIMD_CALL2(native_arena_flag, set, 0)) arena_flagged = set;
 }
 
 #define VG_LOW_HOLD ((size_t)4 << 30)   /* no pool below: 32-bit garbage is never in it */
@@ -1015,7 +1018,12 @@ void *check_pool_map(size_t size) {
   }
   heap_block = p;
   vg_range(req_defined, (uintptr_t)p + 1, (uintptr_t)p + size);   /* the kernel's zeroes */
-  if (!arena_walks) arena_flag_set(true);
+  if (!arena_walks && VALGRIND_NON_SIMD_CALL2(native_arena_split, 0, 0)) {
+    arena_split = true;
+    VALGRIND_DISABLE_ERROR_REPORTING;   /* a malloc'ed block freed as a custom one */
+    VALGRIND_FREELIKE_BLOCK(p, 0);
+    VALGRIND_ENABLE_ERROR_REPORTING;
+  }
   return p + 1;
 }
 
@@ -1063,16 +1071,17 @@ void check_pool_start(void) {
 }
 
 /* Runs after the program's and the other libraries' exit handlers: memcheck forgets the heap
- * block the pool lives in (its leak search then sees only the program's blocks). From here on
- * the pool may be unmapped at memcheck's next allocation: new requests come from the
- * bootstrap buffer and freed blocks are only described, never reused. */
+ * block the pool lives in (its leak search then sees only the program's blocks), unless it did
+ * at start (native_arena_split). From here on the pool may be unmapped at memcheck's next
+ * allocation: new requests come from the bootstrap buffer and freed blocks are only
+ * described, never reused. */
 __attribute__((destructor)) static void check_pool_end(void) {
   if (!heap_block) return;
   lean_malloc = false;
   quick.stash_lim = 0;
   quick.queue_off++;
   pool_gone = true;
-  arena_flag_set(false);
+  if (arena_split) return;   /* memcheck forgot the block at start */
   VALGRIND_DISABLE_ERROR_REPORTING;   /* a malloc'ed block freed as a custom one */
   VALGRIND_FREELIKE_BLOCK(heap_block, 0);
   VALGRIND_ENABLE_ERROR_REPORTING;

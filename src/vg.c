@@ -11,8 +11,8 @@
  *   mmap'ed pool would keep each other reachable. In Valgrind's heap that block is split and
  *   the pool's part marked unallocated, and memcheck forgets the block (native_arena_split):
  *   memcheck describes an address no block holds as glibc's run does its heap's free memory,
- *   and its leak searches count the program's blocks alone. Freed blocks are held back (the quarantine) for
- *   memcheck's --freelist-vol bytes, as memcheck's own malloc holds them.
+ *   and its leak searches count the program's blocks alone. Freed blocks are held back (the
+ *   quarantine) for memcheck's --freelist-vol bytes, as memcheck's own malloc holds them.
  * - drd: the pool and the pool's bookkeeping are untracked; a block is fresh, tracked memory
  *   from malloc to free (a block another thread freed is new memory, not a race). The
  *   bookkeeping runs in native calls (as under memcheck), which take no pthread lock and whose
@@ -953,10 +953,6 @@ static void req_defined(void *a, size_t n) { (void)VALGRIND_MAKE_MEM_DEFINED(a, 
 static void req_hg_untracked(void *a, size_t n) { VALGRIND_HG_DISABLE_CHECKING(a, n); }
 static void req_drd_ignore(void *a, size_t n) { VALGRIND_DRD_IGNORE(a, n); }
 
-/* memcheck: the pool is one block of memcheck's heap (libc's malloc, which memcheck replaces),
- * shrunk at once to one byte in memcheck's books, marked unallocated in Valgrind's heap and
- * released at exit, so it shows in the program's heap only as that byte (docs/valgrind.md). Returns one byte past the block's start, so that the pool's alignment
- * keeps that byte out of the pool. */
 /* The pool's block in Valgrind's heap (Valgrind 3.19's m_mallocfree.c), which memcheck
  * describes an address in no block of its own by (m_addrinfo.c, VG_(describe_addr): "N bytes
  * inside a block of size S") and which memcheck's leak search counts while memcheck knows it.
@@ -984,8 +980,8 @@ static uintptr_t native_arena_split(uintptr_t tid, uintptr_t unused1, uintptr_t 
   (void)tid, (void)unused1, (void)unused2;
   uintptr_t sb = (uintptr_t)heap_block & ~(uintptr_t)4095, b = sb + 32, *w = (uintptr_t *)sb;
   if (w[1] != sb) return 0;   /* not an unsplittable superblock */
-  uintptr_t lo = b, size = *(uintptr_t *)lo, lead = (uintptr_t)heap_block - b;   /* size word, red zone */
-  if (size & 15 || size != w[0] || lead < 16 || lead & 15 || size < 4 * 2 * lead + 4096) return 0;
+  uintptr_t size = *(uintptr_t *)b, lead = (uintptr_t)heap_block - b;   /* size word and red zone */
+  if (size & 15 || size != w[0] || lead < 16 || lead & 15 || size < 8 * lead + 4096) return 0;
   if (*(uintptr_t *)(b + size - sizeof size) != size) return 0;
   uintptr_t one = 2 * lead + 16, two = 2 * lead + 16, three = size - one - two;
   uintptr_t *w1 = (uintptr_t *)b, *w2 = (uintptr_t *)(b + one), *w3 = (uintptr_t *)(b + one + two);
@@ -996,6 +992,11 @@ static uintptr_t native_arena_split(uintptr_t tid, uintptr_t unused1, uintptr_t 
   return 1;
 }
 
+/* memcheck: the pool is one block of memcheck's heap (libc's malloc, which memcheck replaces),
+ * shrunk at once to one byte in memcheck's books, then split (native_arena_split) and
+ * forgotten by memcheck, or else released at exit (check_pool_end): it never shows in the
+ * program's heap. Returns one byte past the block's start, so that the pool's alignment keeps
+ * that byte out of the pool. */
 #define VG_LOW_HOLD ((size_t)4 << 30)   /* no pool below: 32-bit garbage is never in it */
 void *check_pool_map(size_t size) {
   void *(*heap_malloc)(size_t) = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");

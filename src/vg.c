@@ -978,12 +978,14 @@ static bool arena_split;
 
 static uintptr_t native_arena_split(uintptr_t tid, uintptr_t unused1, uintptr_t unused2) {
   (void)tid, (void)unused1, (void)unused2;
-  uintptr_t sb = (uintptr_t)heap_block & ~(uintptr_t)4095, b = sb + 32, *w = (uintptr_t *)sb;
+  uintptr_t sb = ((uintptr_t)heap_block - 48) & ~(uintptr_t)4095, b = sb + 32, *w = (uintptr_t *)sb;
   if (w[1] != sb) return 0;   /* not an unsplittable superblock */
   uintptr_t size = *(uintptr_t *)b, lead = (uintptr_t)heap_block - b;   /* size word and red zone */
   if (size & 15 || size != w[0] || lead < 16 || lead & 15 || size < 8 * lead + 4096) return 0;
   if (*(uintptr_t *)(b + size - sizeof size) != size) return 0;
   uintptr_t one = 2 * lead + 16, two = 2 * lead + 16, three = size - one - two;
+  /* every word written before the next page, where the pool starts at the earliest */
+  if (b + one + two + sizeof size > ((uintptr_t)heap_block | 4095) + 1) return 0;
   uintptr_t *w1 = (uintptr_t *)b, *w2 = (uintptr_t *)(b + one), *w3 = (uintptr_t *)(b + one + two);
   w1[0] = one, w1[one / sizeof *w1 - 1] = one;
   w2[0] = two, w2[two / sizeof *w2 - 1] = two;

@@ -56,6 +56,15 @@ plus=$(awk '{ print $1, $2, $3 + 1 }' <<<"$want")
 if [ -n "$want" ] && [ "$plus" = "$got" ]; then ok "memcheck --sanity-level=2 mid-run checks: still reachable is glibc's + 1 byte (the pool's block): ${got//$'\n'/, }"
 else bad "memcheck --sanity-level=2 mid-run reachable" "glibc:" "$want" "flatmalloc:" "$got"; fi
 
+# the new headers go before the pool's first page: with a red zone of 985 bytes or more they do
+# not fit, and the pool's block stays as with the options above; with 984 they do
+for rz in 984 985; do
+  got=$(fm --redzone-size=$rz "$midleak" | grep -E "^single reachable:")
+  if { [ $rz = 984 ] && [ "$got" = "single reachable: 0" ]; } || { [ $rz = 985 ] && [ "$got" = "single reachable: 1" ]; }; then
+    ok "memcheck --redzone-size=$rz: the pool's block $([ $rz = 984 ] && echo split || echo kept) ($got)"
+  else bad "memcheck --redzone-size=$rz" "$got"; fi
+done
+
 # ---- leak checks ------------------------------------------------------------------------------
 # mid-run: still reachable as with glibc (memcheck forgot the pool's own block of its heap)
 want=$(gl "$midleak" | grep -E "^[a-z]+ reachable:") got=$(fm "$midleak" | grep -E "^[a-z]+ reachable:")

@@ -8,8 +8,11 @@
  * Described mode, tool by tool:
  * - memcheck: the pool is one block of memcheck's own heap (check_pool_map), because memcheck's
  *   leak search scans every mapping of the program as a root except its own heap: blocks in an
- *   mmap'ed pool would keep each other reachable. Freed blocks are held back (the quarantine)
- *   for memcheck's --freelist-vol bytes, as memcheck's own malloc holds them.
+ *   mmap'ed pool would keep each other reachable. In Valgrind's heap that block is split and
+ *   the pool's part marked unallocated, and memcheck forgets the block (native_arena_split):
+ *   memcheck describes an address no block holds as glibc's run does its heap's free memory,
+ *   and its leak searches count the program's blocks alone. Freed blocks are held back (the
+ *   quarantine) for memcheck's --freelist-vol bytes, as memcheck's own malloc holds them.
  * - drd: the pool and the pool's bookkeeping are untracked; a block is fresh, tracked memory
  *   from malloc to free (a block another thread freed is new memory, not a race). The
  *   bookkeeping runs in native calls (as under memcheck), which take no pthread lock and whose
@@ -856,9 +859,16 @@ size_t check_usable(void *p) {
 /* memcheck's --freelist-vol and --track-origins: the tool's options are not the program's, but
  * the kernel's copy of the command line is (/proc/thread-self/cmdline; Valgrind fakes
  * /proc/self/cmdline), and VALGRIND_OPTS comes before it. */
-static bool origins;
+/* arena_walks: Valgrind walks every block of its heap (--sanity-level=2 and above, at exit with
+ * --stats=yes or --profile-heap=yes), counting a superblock's bytes in 32 bits (m_mallocfree.c's
+ * sanity_check_malloc_arena and cc_analyse_alloc_arena: "UInt i ... i += mk_plain_bszB(b_bszB)"),
+ * so a heap block of 4 GiB or more stops Valgrind with an assertion; those walks also check each
+ * block's in-use mark against the free lists (see native_arena_split). */
+static bool origins, arena_walks;
 static void parse_option(const char *arg) {
-  static const char vol[] = "--freelist-vol=", track[] = "--track-origins=";
+  static const char vol[] = "--freelist-vol=", track[] = "--track-origins=", sanity[] = "--sanity-level=";
+  if (!strncmp(arg, sanity, sizeof sanity - 1) && strtol(arg + sizeof sanity - 1, NULL, 10) > 1) arena_walks = true;
+  if (!strcmp(arg, "--stats=yes") || !strcmp(arg, "--profile-heap=yes")) arena_walks = true;
   if (!strncmp(arg, track, sizeof track - 1)) origins = !strncmp(arg + sizeof track - 1, "yes", 3);
   if (strncmp(arg, vol, sizeof vol - 1)) return;
   size_t v = 0;
@@ -924,7 +934,7 @@ bool check_setup(void) {
  * 13 s). FLATMALLOC_POOL overrides each. */
 size_t check_pool_cap(void) {
   switch (vg_running) {
-  case VG_MEMCHECK: return origins ? (size_t)64 << 20 : (size_t)16 << 30;
+  case VG_MEMCHECK: return origins ? (size_t)64 << 20 : arena_walks ? (size_t)2 << 30 : (size_t)16 << 30;
   case VG_HELGRIND: return (size_t)64 << 20;
   case VG_DRD: return (size_t)512 << 20;
   default: return (size_t)32 << 30;
@@ -943,10 +953,52 @@ static void req_defined(void *a, size_t n) { (void)VALGRIND_MAKE_MEM_DEFINED(a, 
 static void req_hg_untracked(void *a, size_t n) { VALGRIND_HG_DISABLE_CHECKING(a, n); }
 static void req_drd_ignore(void *a, size_t n) { VALGRIND_DRD_IGNORE(a, n); }
 
+/* The pool's block in Valgrind's heap (Valgrind 3.19's m_mallocfree.c), which memcheck
+ * describes an address in no block of its own by (m_addrinfo.c, VG_(describe_addr): "N bytes
+ * inside a block of size S") and which memcheck's leak search counts while memcheck knows it.
+ * The block is alone in an unsplittable superblock: a 32-byte header (the payload's size, then
+ * the superblock's own address), then the block: its size word (the low bit set: unallocated),
+ * a red zone, the payload, a red zone, its size word again. Rewritten natively (unseen by
+ * memcheck), that one block becomes three, and the superblock splittable:
+ *   1. the block memcheck's malloc returned (heap_block, a few bytes of the slack before the
+ *      pool, which the pool never touches): memcheck is told it is freed at once, so no leak
+ *      search counts it; when memcheck's queue of freed blocks gives it back, Valgrind's heap
+ *      puts it on a free list (it may hand it out again: it is no part of the pool);
+ *   2. a block marked in use that nothing ever frees, so that 1 never merges with 3 and the
+ *      superblock is never whole again (an unsplittable or wholly free superblock is unmapped);
+ *   3. the rest, the pool, marked unallocated and on no free list: Valgrind never hands it out,
+ *      and memcheck describes an address there "inside an unallocated block", as glibc's run
+ *      reads its heap's free memory.
+ * The layout is checked first (the superblock names itself, the block is alone in it, its two
+ * size words agree, its payload is where the red zones put it, no heap profile's word): nothing
+ * is written unless it is there, and the pool then stays one block in use in memcheck's books,
+ * shrunk to one byte, released at exit. Not done when Valgrind walks its heap's blocks
+ * (arena_walks), which would find a free block on no list. */
+static bool arena_split;
+
+static uintptr_t native_arena_split(uintptr_t tid, uintptr_t unused1, uintptr_t unused2) {
+  (void)tid, (void)unused1, (void)unused2;
+  uintptr_t sb = ((uintptr_t)heap_block - 48) & ~(uintptr_t)4095, b = sb + 32, *w = (uintptr_t *)sb;
+  if (w[1] != sb) return 0;   /* not an unsplittable superblock */
+  uintptr_t size = *(uintptr_t *)b, lead = (uintptr_t)heap_block - b;   /* size word and red zone */
+  if (size & 15 || size != w[0] || lead < 16 || lead & 15 || size < 8 * lead + 4096) return 0;
+  if (*(uintptr_t *)(b + size - sizeof size) != size) return 0;
+  uintptr_t one = 2 * lead + 16, two = 2 * lead + 16, three = size - one - two;
+  /* every word written before the next page, where the pool starts at the earliest */
+  if (b + one + two + sizeof size > ((uintptr_t)heap_block | 4095) + 1) return 0;
+  uintptr_t *w1 = (uintptr_t *)b, *w2 = (uintptr_t *)(b + one), *w3 = (uintptr_t *)(b + one + two);
+  w1[0] = one, w1[one / sizeof *w1 - 1] = one;
+  w2[0] = two, w2[two / sizeof *w2 - 1] = two;
+  w3[0] = three | 1, w3[three / sizeof *w3 - 1] = three | 1;
+  w[1] = 0;   /* splittable */
+  return 1;
+}
+
 /* memcheck: the pool is one block of memcheck's heap (libc's malloc, which memcheck replaces),
- * shrunk at once to one byte in memcheck's books and released at exit, so it never shows in
- * the program's heap. Returns one byte past the block's start, so that the pool's alignment
- * keeps that byte out of the pool. */
+ * shrunk at once to one byte in memcheck's books, then split (native_arena_split) and
+ * forgotten by memcheck, or else released at exit (check_pool_end): it never shows in the
+ * program's heap. Returns one byte past the block's start, so that the pool's alignment keeps
+ * that byte out of the pool. */
 #define VG_LOW_HOLD ((size_t)4 << 30)   /* no pool below: 32-bit garbage is never in it */
 void *check_pool_map(size_t size) {
   void *(*heap_malloc)(size_t) = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
@@ -969,6 +1021,12 @@ void *check_pool_map(size_t size) {
   }
   heap_block = p;
   vg_range(req_defined, (uintptr_t)p + 1, (uintptr_t)p + size);   /* the kernel's zeroes */
+  if (!arena_walks && VALGRIND_NON_SIMD_CALL2(native_arena_split, 0, 0)) {
+    arena_split = true;
+    VALGRIND_DISABLE_ERROR_REPORTING;   /* a malloc'ed block freed as a custom one */
+    VALGRIND_FREELIKE_BLOCK(p, 0);
+    VALGRIND_ENABLE_ERROR_REPORTING;
+  }
   return p + 1;
 }
 
@@ -1016,15 +1074,17 @@ void check_pool_start(void) {
 }
 
 /* Runs after the program's and the other libraries' exit handlers: memcheck forgets the heap
- * block the pool lives in (its leak search then sees only the program's blocks). From here on
- * the pool may be unmapped at memcheck's next allocation: new requests come from the
- * bootstrap buffer and freed blocks are only described, never reused. */
+ * block the pool lives in (its leak search then sees only the program's blocks), unless it did
+ * at start (native_arena_split). From here on the pool may be unmapped at memcheck's next
+ * allocation: new requests come from the bootstrap buffer and freed blocks are only
+ * described, never reused. */
 __attribute__((destructor)) static void check_pool_end(void) {
   if (!heap_block) return;
   lean_malloc = false;
   quick.stash_lim = 0;
   quick.queue_off++;
   pool_gone = true;
+  if (arena_split) return;   /* memcheck forgot the block at start */
   VALGRIND_DISABLE_ERROR_REPORTING;   /* a malloc'ed block freed as a custom one */
   VALGRIND_FREELIKE_BLOCK(heap_block, 0);
   VALGRIND_ENABLE_ERROR_REPORTING;

@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rng.h"
 #include "status.h"
 #include "tsc.h"
 
@@ -125,17 +126,7 @@ static void rss_end(const char *workload)
     printf("%s,rss_delta_kb,%ld\n", workload, hwm - rss_start);
 }
 
-/* ---------- random numbers ---------- */
-
-static uint64_t rng_state;
-
-static inline uint64_t rng(void) /* splitmix64 */
-{
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+/* ---------- random numbers (rng.h) ---------- */
 
 static inline double rng_unit(void) { return (double)(rng() >> 11) * 0x1.0p-53; }
 

@@ -58,6 +58,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "rng.h"
 #include "status.h"
 #include "tsc.h"
 
@@ -447,19 +448,7 @@ static void timed_end(const char *seq)
   printf("mem,%s,vmlck_kb,%ld\n", seq, status_kb("VmLck:"));
 }
 
-/* ---------- random numbers ---------- */
-
-static uint64_t rng_state;
-
-static inline uint64_t rng(void) /* splitmix64 */
-{
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-/* ---------- the sequences ---------- */
+/* ---------- the sequences (random numbers: rng.h) ---------- */
 
 static const size_t hot_sizes[] = {16, 64, 256, 1024, 4096};
 

@@ -153,7 +153,7 @@ void *flatmalloc_realloc(void *p, size_t size) {
   }
   if (fm_pool.checked) return check_realloc(p, size);
   fm_st *st;
-  int c = class_find(p, &st);
+  int c = pool_opened(p) ? class_find(p, &st) : -1;
   size_t old;
   if (likely(c >= 0 && st_live(st_load(st)))) {   /* a live block of a class, found as free() finds it */
     old = fm_pool.cls[c].size;

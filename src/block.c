@@ -27,14 +27,16 @@ void *block_alloc_aligned(size_t align, size_t size) {
   return p;
 }
 
+/* A chunk the pool has not opened holds no block: its records are not read. */
 void block_free(void *p) {
   fm_st *st;
-  int c = class_find(p, &st);
+  bool open = pool_opened(p);
+  int c = open ? class_find(p, &st) : -1;
   if (c >= 0 && st_live(st_load(st))) {   /* the common case; class_verify names any fault */
     tcache_free(p, (unsigned)c, st);
     return;
   }
-  c = class_at(p);
+  c = open ? class_at(p) : -1;
   if (c >= 0) {
     tcache_free(p, (unsigned)c, class_verify(p, (unsigned)c, CALL_FREE));
   } else if ((uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
@@ -48,7 +50,7 @@ void block_free(void *p) {
 /* The usable size of live block p, which the program handed to call; any other pointer stops
  * the program, as free would. */
 size_t block_usable(const void *p, enum fault_call call) {
-  int c = class_at(p);
+  int c = pool_opened(p) ? class_at(p) : -1;
   if (c >= 0) {
     class_verify(p, (unsigned)c, call);
     return fm_pool.cls[c].size;
@@ -110,6 +112,7 @@ void *block_alloc_direct(size_t size) {
 
 bool block_free_direct(void *p) {
   fm_st *st;
+  if (!pool_opened(p)) return false;
   int c = class_find(p, &st);
   if (c >= 0) {
     if (!st_live(st_load(st))) return false;

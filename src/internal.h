@@ -6,6 +6,11 @@
 #include "types.h"
 
 static inline bool pool_ready(void) { return atomic_load_explicit(&fm_pool.state, memory_order_acquire) == 2; }
+/* p lies in a chunk whose records may be read (the pool opens them as the heap grows: a chunk
+ * above is in no block and its records' page may still be inaccessible). */
+static inline bool pool_opened(const void *p) {
+  return ((uintptr_t)p - fm_pool.heap_base) >> FM_CHUNK_SHIFT < __atomic_load_n(&fm_pool.chunks_open, __ATOMIC_ACQUIRE);
+}
 
 /* The classes' and the heap's locks. Under memcheck check.c runs the allocator natively inside
  * Valgrind, where pthread's functions cannot run (they read the thread pointer, which is

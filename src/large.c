@@ -53,7 +53,7 @@ void *large_calloc(size_t size) {
 
 bool large_owns(const void *p) {
   uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
-  return off < fm_pool.heap_size && !(off & (FM_CHUNK - 1)) && fm_pool.chunk[off >> FM_CHUNK_SHIFT].line.e == LARGE_HEAD;
+  return pool_opened(p) && !(off & (FM_CHUNK - 1)) && fm_pool.chunk[off >> FM_CHUNK_SHIFT].line.e == LARGE_HEAD;
 }
 
 /* Always-on check of a pointer in the heap but not in a span, handed to call: returns when p
@@ -71,6 +71,7 @@ void large_verify(const void *p, enum fault_call call) {
 /* What p, in the heap but neither in a span nor a large block's start, is (see above; a
  * pointer into an arena's run is an arena allocation). */
 enum fault_kind large_fault(const void *p) {
+  if (!pool_opened(p)) return FAULT_FOREIGN;   /* above every run the heap handed out */
   int kind = span_kind_at(chunk_of(p));
   return kind == RUN_FREE ? FAULT_FREED : kind == RUN_LARGE ? FAULT_INTERIOR : kind == RUN_ARENA ? FAULT_ARENA : FAULT_FOREIGN;
 }

@@ -37,6 +37,21 @@ static void start(void) {
   }
 }
 
+/* The chunks free()'s fast path may look up: those whose records the pool has opened (a
+ * chunk above holds no block, and its line may be inaccessible), the bound rising as the pool
+ * opens more (pool_reopen). */
+static size_t chunks_known(void) {
+  size_t open = __atomic_load_n(&fm_pool.chunks_open, __ATOMIC_ACQUIRE), all = fm_pool.heap_size >> FM_CHUNK_SHIFT;
+  return open < all ? open : all;
+}
+
+/* A free past the fast path's bound: the bound rises to the chunks opened since, unless the
+ * fast path is off meanwhile (0: checking mode, the perturb byte), which the exchange keeps. */
+static void pool_reopen(void *p, size_t seen) {
+  size_t ch = ((uintptr_t)p - fm_pool.heap_base) >> FM_CHUNK_SHIFT, now = chunks_known();
+  if (seen && ch >= seen && ch < now) __atomic_compare_exchange_n(&fm_pool.heap_chunks, &seen, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
 /* Where the fast paths send calls: glibc's perturb byte (mallopt(M_PERTURB) may set it at any
  * time) and the heap profiler, which counts every malloc's bytes, take every malloc to the slow
  * path (small_lim 0); perturb takes every free there too (heap_chunks 0). */
@@ -44,7 +59,7 @@ void pool_route(void) {
   struct fm_pool *P = &fm_pool;
   if (P->checked) return;   /* every call is there already */
   bool perturb = __atomic_load_n(&P->opt.perturb, __ATOMIC_RELAXED) != 0;
-  __atomic_store_n(&P->heap_chunks, perturb ? 0 : P->heap_size >> FM_CHUNK_SHIFT, __ATOMIC_RELAXED);
+  __atomic_store_n(&P->heap_chunks, perturb ? 0 : chunks_known(), __ATOMIC_RELAXED);
   __atomic_store_n(&P->small_lim, heap_on || perturb ? 0 : P->small_max + 1, __ATOMIC_RELAXED);
 }
 
@@ -158,6 +173,7 @@ static void free_perturbed(void *p) {
 
 void fm_free_slow(void *p) {
   if (unlikely(perturb_byte())) return free_perturbed(p);
+  pool_reopen(p, __atomic_load_n(&fm_pool.heap_chunks, __ATOMIC_RELAXED));
   free_on(p);
 }
 

@@ -405,7 +405,7 @@ struct fm_options {
 /* Everything the fast paths read sits in the first cache line. */
 struct fm_pool {
   uintptr_t heap_base;
-  size_t heap_chunks;        /* chunks in the heap; 0 sends every free to the slow path */
+  size_t heap_chunks;        /* chunks free() looks up (at most chunks_open); 0 sends every free to the slow path */
   size_t small_lim;          /* sizes below this take the fast path; 0 before start-up */
   const uint8_t *cls_of;     /* (size + 15) / 16 -> class + 1 */
   struct fm_chunk *chunk;    /* per chunk: its line (span, class, where its blocks' states are) and run record */
@@ -424,6 +424,7 @@ struct fm_pool {
   bool native;               /* check.c's native call under memcheck is running (fm_lock) */
   bool count_lockers;        /* check.c's native calls are on: fm_lock counts in lockers */
   _Atomic uint32_t lockers;  /* program threads holding or waiting for a class's or the heap's lock */
+  uint32_t chunks_open;      /* chunks whose records (line, run record) are accessible: only grows (span.c, __atomic) */
   _Atomic int state;         /* pool.c: none, starting, ready */
   unsigned nshards;          /* shards per class: a power of two */
   unsigned cpus;             /* CPUs the process may run on (sched_getaffinity) */

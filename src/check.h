@@ -18,6 +18,9 @@ hidden uint8_t *check_block_end(uint8_t *b, int cls);                /* end of u
 hidden void check_canary_fill(uint8_t *user, size_t size, uint8_t *end);
 hidden bool check_canary_ok(const uint8_t *user, size_t size, uint8_t *end);   /* also arena.c's */
 hidden size_t check_block_lead(size_t align);   /* bytes before the program's, at most */
+hidden uint8_t *check_room_end(uint8_t *b, int cls, const uint8_t *user);   /* end of the program's bytes and canary */
+/* A block of size bytes aligned to align with its header: the program's pointer, the block in *bp. */
+hidden uint8_t *check_alloc(size_t size, size_t align, enum check_kind kind, bool direct, uint8_t **bp);
 /* Writes the header of a block of size bytes aligned to align in underlying block b; returns
  * the program's pointer. */
 hidden uint8_t *check_head(uint8_t *b, size_t size, size_t align, enum check_kind kind);

@@ -96,11 +96,6 @@ static void *native_block(size_t size, size_t align, enum check_kind kind, bool 
  * yet described. */
 static void *block_new(size_t size, size_t align, enum check_kind kind, bool zero) {
   if (align < FM_ALIGN) align = FM_ALIGN;
-  size_t total;
-  if (__builtin_add_overflow(size, check_block_lead(align) + CANARY_MIN, &total)) {
-    errno = ENOMEM;
-    return NULL;
-  }
   if (pool_gone) {
     uint8_t *p = boot_alloc(size, align);
     return p && zero ? memset(p, 0, size) : p;
@@ -108,17 +103,16 @@ static void *block_new(size_t size, size_t align, enum check_kind kind, bool zer
   if (native) return native_block(size, align, kind, zero);
   lock();
   VALGRIND_DISABLE_ERROR_REPORTING;
-  uint8_t *b = block_alloc(total);
-  uint8_t *user = NULL;
-  if (b) {
-    user = check_head(b, size, align, kind);
+  uint8_t *b, *user = check_alloc(size, align, kind, false, &b);
+  if (user) {
     if (zero) memset(user, 0, size);
     /* Under memcheck a block's bytes are all no-access whenever it is handed out (the pool
      * starts so and a release leaves it so); only pages the strict-overcommit mode makes
      * accessible later need telling. */
     if (fm_pool.opt.check || fm_pool.lazy_commit) {
-      uint8_t *end = check_block_end(b, class_at(b));
-      check_canary_fill(user, size, end);
+      int cls = class_at(b);
+      uint8_t *end = check_block_end(b, cls);
+      check_canary_fill(user, size, check_room_end(b, cls, user));
       VALGRIND_MAKE_MEM_NOACCESS(b, (size_t)(user - b));
       VALGRIND_MAKE_MEM_NOACCESS(user + size, (size_t)(end - user - size));
     }
@@ -372,11 +366,8 @@ static uintptr_t native_new(uintptr_t tid, uintptr_t size, uintptr_t how) {
   if (!native_enter()) return NATIVE_BUSY;
   size_t align = how & ~(uintptr_t)15;
   if (size > LEAN_MAX) return native_leave(0);   /* the total below would overflow */
-  uint8_t *b = block_alloc_direct(size + check_block_lead(align) + CANARY_MIN), *user = NULL;
-  if (b) {
-    user = check_head(b, size, align, (enum check_kind)(how & 3));
-    if (how & NATIVE_ZERO) memset(user, 0, size);
-  }
+  uint8_t *b, *user = check_alloc(size, align, (enum check_kind)(how & 3), true, &b);
+  if (user && how & NATIVE_ZERO) memset(user, 0, size);
   return native_leave((uintptr_t)user);
 }
 
@@ -498,7 +489,7 @@ uintptr_t vg_native_resize(uintptr_t tid, uintptr_t p, uintptr_t size) {
   struct check_block f;
   enum check_verdict v = queued(p) ? V_FREED : check_find((void *)p, &f);
   uintptr_t r = native_code(v, &f);
-  if (v == V_OK && shrink_in_place && size <= f.size && size + CANARY_MIN <= (size_t)(check_block_end(f.b, f.cls) - (uint8_t *)p)) {
+  if (v == V_OK && shrink_in_place && size <= f.size && size + CANARY_MIN <= (size_t)(check_room_end(f.b, f.cls, (uint8_t *)p) - (uint8_t *)p)) {
     f.h->size = size;
     f.h->kind = KIND_MALLOC;
     r |= NATIVE_IN_PLACE;
@@ -791,7 +782,7 @@ static void *named_realloc(void *p, size_t size) {
   }
   size_t old = f->size;
   VALGRIND_DISABLE_ERROR_REPORTING;
-  uint8_t *end = check_block_end(f->b, f->cls), *user = p;
+  uint8_t *user = p, *end = check_room_end(f->b, f->cls, user);
   VALGRIND_ENABLE_ERROR_REPORTING;
   if (shrink_in_place && size <= old && size + CANARY_MIN <= (size_t)(end - user)) {   /* shrink in place */
     VALGRIND_RESIZEINPLACE_BLOCK(p, old, size, 0);

@@ -133,7 +133,7 @@ enum check_verdict check_find(void *p, struct check_block *f) {
   if (f->cls >= 0) {
     /* the header must sit inside the block that p's address belongs to */
     if (class_block((uint8_t *)p - 1, (unsigned)f->cls) != f->b) return V_INTERIOR;
-  } else if (class_at(f->b) >= 0 || !large_owns(f->b)) {
+  } else if (!large_owns(f->b) || class_at(f->b) >= 0) {
     return V_INTERIOR;
   }
   f->size = h->size;

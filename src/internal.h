@@ -74,6 +74,8 @@ static inline bool fm_lock_held(const pthread_mutex_t *m) { return __atomic_load
 /* fault.c: one line and abort(); cls names the class, -1 none, FAULT_CLS_ARENA an arena's run */
 #define FAULT_CLS_ARENA (-2)
 hidden cold __attribute__((noreturn)) void fault_stop(const char *what, const void *p, int cls);
+/* One line with no pointer ("flatmalloc: " what), and abort(). */
+hidden cold __attribute__((noreturn)) void fault_say(const char *what);
 /* A bad pointer handed to a call: the line names the call and what the pointer is ("double
  * free", "realloc of a freed block", "malloc_usable_size of an interior pointer", ...). */
 enum fault_call { CALL_FREE, CALL_REALLOC, CALL_USABLE };
@@ -160,6 +162,17 @@ static always_inline void *fm_pop(struct fm_tcache *tc, unsigned c1, bool *zero)
 static always_inline bool fm_bin_empty(const struct fm_tcache *tc, unsigned c1) { return tc->top[c1] == tc->base[c1]; }
 
 /* block.c: a block of any size, and its release, for the API and checking mode */
+/* The thread is inside a call that may hold the heap's or a class's lock (block_enter to
+ * block_leave): a call that comes in meanwhile (a signal handler's) stops with one line
+ * naming the re-entry, rather than wait for a lock its own thread holds. The fast paths do
+ * not look: they take no lock. */
+hidden extern __thread bool block_inside __attribute__((tls_model("initial-exec")));
+hidden cold __attribute__((noreturn)) void block_reentered(const char *call);
+static always_inline void block_enter(const char *call) {
+  if (unlikely(block_inside)) block_reentered(call);
+  block_inside = true;
+}
+static always_inline void block_leave(void) { block_inside = false; }
 hidden void *block_alloc(size_t size);
 hidden void *block_alloc_aligned(size_t align, size_t size);
 hidden void block_free(void *p);          /* validated: stops on a bad pointer */

@@ -47,7 +47,7 @@ uint8_t *check_block_end(uint8_t *b, int cls) {
 /* Under Valgrind alone the tool watches the canary's bytes itself (they are no-access): none
  * are written or checked, which keeps memcheck's time near glibc's. */
 static size_t canary_len(uint8_t *user, size_t size, uint8_t *end) {
-  if (!fm_pool.opt.check) return 0;
+  if (!fm_pool.opt.check || (!size && check_guards())) return 0;   /* malloc(0)'s bytes: a guard */
   size_t room = (size_t)(end - (user + size));
   return room < CANARY_MAX ? room : CANARY_MAX;
 }
@@ -65,6 +65,10 @@ bool check_canary_ok(const uint8_t *user, size_t size, uint8_t *end) {
     if (user[size + i] != canary_byte(seed, i)) return false;
   return true;
 }
+
+/* Checking mode outside Valgrind guards what no one may touch (malloc(0)'s bytes) and holds
+ * freed large blocks inaccessible; under a tool, the tool watches them itself. */
+bool check_guards(void) { return fm_pool.opt.check && !fm_pool.valgrind; }
 
 /* ---- a block's header ------------------------------------------------------------------- */
 size_t check_block_lead(size_t align) { return align > FM_ALIGN ? align + FM_ALIGN : 2 * FM_ALIGN; }
@@ -94,6 +98,15 @@ uint8_t *check_room_end(uint8_t *b, int cls, const uint8_t *user) {
 uint8_t *check_alloc(size_t size, size_t align, enum check_kind kind, bool direct, uint8_t **bp) {
   size_t n;
   uint8_t *b;
+  if (!size && align <= FM_CHUNK && check_guards()) {   /* malloc(0): its chunk is a guard */
+    b = large_alloc(2 * FM_CHUNK, 0);
+    if (!b && !direct) errno = ENOMEM;
+    if (!b) return NULL;
+    *bp = b;
+    uint8_t *user = check_head(b, 0, FM_CHUNK, kind);
+    (void)large_shade(b, 1, 1, SHADE_GUARD);   /* refused (the kernel's count of mappings): no guard */
+    return user;
+  }
   if (align > FM_CHUNK) {
     if (__builtin_add_overflow(size, FM_ALIGN + CANARY_MIN, &n)) n = SIZE_MAX;
     b = large_alloc(n, align);
@@ -119,7 +132,14 @@ enum check_verdict check_find(void *p, struct check_block *f) {
   f->cls = pool_opened(p) ? class_at(p) : -1;
   if (f->cls < 0 && !pool_opened(p)) return V_FOREIGN;   /* outside the heap, or above what it handed out */
   if ((uintptr_t)p & (FM_ALIGN - 1)) return V_MISALIGNED;
+  f->user = p;
   bool at_run = f->cls < 0 && large_owns(p);   /* aligned past a chunk: the header at the run's end */
+  if (f->cls < 0 && !at_run) {   /* no header is read in an inaccessible chunk (quarantine, guards) */
+    enum large_shade here = large_shade_at(p), before = large_shade_at((uint8_t *)p - FM_ALIGN);
+    if (here == SHADE_HIDDEN) return V_FREED;
+    if (before == SHADE_HIDDEN) return V_FOREIGN;   /* p starts the chunk after a freed block: no block */
+    if (before == SHADE_GUARD) return V_INTERIOR;
+  }
   struct check_hdr *h = (struct check_hdr *)((uint8_t *)p + (at_run ? large_usable(p) : 0) - FM_ALIGN);
   f->h = h;
   bool live = h->magic == check_magic(h, true);
@@ -201,4 +221,18 @@ size_t check_usable_fault(enum check_verdict v, void *p, int cls) {
 /* Checking mode's fault for a bad pointer given to a release; nothing under Valgrind alone. */
 void check_fault(enum check_verdict v, void *p, int cls) {
   if (fm_pool.opt.check) fault_stop(verdict_text[v], p, v == V_FOREIGN ? -1 : v == V_ARENA ? FAULT_CLS_ARENA : cls);
+}
+
+/* A sized release (free_sized, free_aligned_sized, sized delete) whose size is not the one the
+ * block was asked with: checking mode stops. */
+void check_size_fault(void *p, const struct check_block *f, size_t size, const char *call) {
+  char what[128];
+  struct fmt m = {what, sizeof what, 0};
+  fmt_str(&m, call);
+  fmt_str(&m, " of a block of ");
+  fmt_u64(&m, f->size, 0);
+  fmt_str(&m, " bytes with size ");
+  fmt_u64(&m, size, 0);
+  fmt_end(&m);
+  fault_stop(what, p, f->cls);
 }

@@ -33,4 +33,6 @@ hidden void check_mismatch(void *p, struct check_block *f, enum check_kind relea
 hidden bool check_take(void *p, struct check_block *f, int release, bool realloc_call);
 hidden void check_fault(enum check_verdict v, void *p, int cls);   /* checking mode: stops */
 hidden size_t check_usable_fault(enum check_verdict v, void *p, int cls);   /* checking mode: stops */
+hidden bool check_guards(void);   /* malloc(0)'s guards and the large quarantine's hidden pages are on */
+hidden cold __attribute__((noreturn)) void check_size_fault(void *p, const struct check_block *f, size_t size, const char *call);
 #endif

@@ -115,6 +115,10 @@ hidden enum fault_kind large_fault(const void *p);   /* p in the heap, outside s
 hidden void large_free(void *p);
 hidden size_t large_usable(const void *p);
 hidden bool large_resize(void *p, size_t size);
+enum large_shade { SHADE_NONE, SHADE_HIDDEN, SHADE_GUARD };
+hidden bool large_shade(void *p, uint32_t from, uint32_t n, enum large_shade s);   /* checking mode: chunks of large block p inaccessible, or back */
+hidden enum large_shade large_shade_at(const void *p);
+hidden uint32_t large_chunks(const void *p);   /* chunks of large block p */
 
 /* class.c: size classes, their spans, batches */
 hidden void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chunks);
@@ -198,6 +202,7 @@ hidden void profile_free(size_t size);
 hidden void *check_malloc(size_t size);
 hidden void *check_memalign(size_t size, size_t align);
 hidden void check_free(void *p);
+hidden void check_free_sized(void *p, size_t size, const char *call);   /* free_sized, free_aligned_sized */
 hidden void *check_realloc(void *p, size_t size);
 hidden size_t check_usable(void *p);
 hidden void check_pool_start(void);

@@ -128,18 +128,27 @@ void *vg_new_block(size_t size, size_t align, enum check_kind kind) {
   return block_new(size, align, kind, false);
 }
 
-/* ---- quarantine (memcheck) --------------------------------------------------------------- */
+/* ---- quarantine (memcheck, checking mode) ----------------------------------------------- */
 /* Freed blocks wait in a FIFO until --freelist-vol bytes (by requested size, as memcheck
  * counts) were freed after them, so memcheck still knows them as freed blocks when the program
  * touches them. The FIFO is a list of nodes, each a block of the pool (never described to a
  * tool) of HELD_PER_NODE entries: a block leaving it is found by reading the entries in order,
- * not by following links through held blocks, which are long out of the caches by then. */
+ * not by following links through held blocks, which are long out of the caches by then.
+ *
+ * Checking mode outside Valgrind (check_guards) holds freed blocks the same way, up to
+ * HELD_CHECK bytes of blocks: a block of a class is filled with FREED_FILL from the program's
+ * pointer to its end, and the fill is checked when it leaves the FIFO, before it can be handed
+ * out again ("write after free"); a large block's chunks are made inaccessible while it waits,
+ * and a read or write there stops at the access (check_segv). Blocks above HELD_CHECK / 2 go
+ * back at once. */
 #define HELD_NODE_BYTES 8192u
-#define HELD_PER_NODE ((HELD_NODE_BYTES - 16) / 16)
+#define HELD_PER_NODE ((HELD_NODE_BYTES - 16) / 24)
+#define HELD_CHECK ((size_t)8 << 20)
+#define FREED_FILL 0xdf
 struct held_node {
   struct held_node *next;
   uintptr_t unused;
-  uintptr_t e[HELD_PER_NODE][2];   /* the block, its requested size */
+  uintptr_t e[HELD_PER_NODE][3];   /* the block, its requested size, the program's pointer */
 };
 static struct {
   struct held_node *first, *last;   /* entries out.. of first are the oldest, ..in of last the newest */
@@ -167,6 +176,30 @@ static void give_back(uint8_t *b) {
   else (void)block_free_direct(b);   /* native code cannot report a damaged block: it stays out */
 }
 
+/* Checking mode: a freed block made ready to wait (filled, or its chunks hidden); malloc(0)'s
+ * guard comes off first, so a block never goes back with one. */
+static void held_enter(uint8_t *b, int cls, uint8_t *user, size_t size, bool wait) {
+  if (cls >= 0) {
+    if (wait) memset(user, FREED_FILL, (size_t)(check_room_end(b, cls, user) - user));
+    return;
+  }
+  uint32_t n = large_chunks(b);
+  if (!size && large_shade_at(user) == SHADE_GUARD) (void)large_shade(b, 1, 1, SHADE_NONE);
+  if (wait) (void)large_shade(b, 0, n, SHADE_HIDDEN);
+}
+
+/* Checking mode: a block leaving the FIFO, its fill checked, its chunks accessible again;
+ * false when it must stay out (the kernel would not open its chunks again). */
+static bool held_leave(uint8_t *b, uint8_t *user) {
+  int cls = class_at(b);
+  if (cls >= 0) {
+    for (uint8_t *q = user, *end = check_room_end(b, cls, user); q < end; q++)
+      if (*q != FREED_FILL) fault_stop("write after free", user, cls);
+    return true;
+  }
+  return large_shade_at(b) != SHADE_HIDDEN || large_shade(b, 0, large_chunks(b), SHADE_NONE);
+}
+
 static struct held_node *node_new(void) {
   struct held_node *n = fm_pool.native ? block_alloc_direct(sizeof *n) : block_alloc(sizeof *n);
   if (!n) return NULL;
@@ -180,27 +213,45 @@ static void node_free(struct held_node *n) {
   give_back((uint8_t *)n);
 }
 
+static void held_trim(size_t max);
+
 /* Called with lock() held and memcheck looking away, or natively. */
-static void hold(uint8_t *b, int cls, size_t size) {
-  if (!held.on) return give_back(b);
+static void hold(uint8_t *b, int cls, size_t size, uint8_t *user) {
+  bool guards = check_guards();
+  size_t bytes = block_bytes(b, cls);
+  bool wait = held.on && (!guards || bytes <= HELD_CHECK / 2);
+  if (guards) held_enter(b, cls, user, size, wait);
+  if (!wait) return give_back(b);
   if (!held.last || held.in == HELD_PER_NODE) {
     struct held_node *n = node_new();
-    if (!n) return give_back(b);   /* no room to note it: released at once */
+    if (!n) {   /* no room to note it: released at once */
+      if (guards && !held_leave(b, user)) return;
+      return give_back(b);
+    }
     if (held.last) held.last->next = n;
     else held.first = n;
     held.last = n;
     held.in = 0;
   }
+  size_t counted = guards ? bytes : size;
   held.last->e[held.in][0] = (uintptr_t)b;
-  held.last->e[held.in++][1] = size;
-  held.volume += size;
-  held_add(block_bytes(b, cls));
-  while (held.volume > held.max) {
+  held.last->e[held.in][1] = counted;
+  held.last->e[held.in++][2] = (uintptr_t)user;
+  held.volume += counted;
+  held_add(bytes);
+  held_trim(held.max);
+}
+
+/* Blocks leave the FIFO, oldest first, until it holds at most max (by its count). */
+static void held_trim(size_t max) {
+  bool guards = check_guards();
+  while (held.first && held.volume > max && !(held.first == held.last && held.out == held.in)) {
     struct held_node *n = held.first;
-    uint8_t *o = (uint8_t *)n->e[held.out][0];
+    uint8_t *o = (uint8_t *)n->e[held.out][0], *u = (uint8_t *)n->e[held.out][2];
     held.volume -= n->e[held.out++][1];
+    bool back = !guards || held_leave(o, u);
     held_add(-block_bytes(o, class_at(o)));
-    give_back(o);
+    if (back) give_back(o);
     if (n == held.last && held.out == held.in) {
       held.out = held.in = 0;   /* empty: the node stays */
     } else if (held.out == HELD_PER_NODE) {
@@ -238,7 +289,7 @@ static void give_taken(struct check_block *f) {
   if (!f->native) {
     f->h->magic = check_magic(f->h, false);
     profile_free(f->size);
-    hold(f->b, f->cls, f->size);
+    hold(f->b, f->cls, f->size, f->user);
     VALGRIND_ENABLE_ERROR_REPORTING;
   }
   unlock();
@@ -448,7 +499,7 @@ static uintptr_t native_release(uintptr_t p) {
   enum check_verdict v = check_find((void *)p, &f);
   if (v == V_OK) {
     f.h->magic = check_magic(f.h, false);
-    hold(f.b, f.cls, f.size);
+    hold(f.b, f.cls, f.size, f.user);
   }
   return native_code(v, &f);
 }
@@ -524,6 +575,11 @@ void vg_flush_unlock(void) {
 /* The queued releases and the stash go back to the allocator (mallinfo, malloc_trim, a failed
  * allocation). */
 void check_release_queued(void) {
+  if (check_guards()) {   /* checking mode: the quarantine, each block checked as it leaves */
+    lock();
+    held_trim(0);
+    unlock();
+  }
   if (!native) return;
   lock();
   vg_flush_locked();
@@ -694,6 +750,27 @@ static void named_free(void *p) {
   if (r < 0) return;
   vg_freed(p, (size_t)r);
   vg_give_block();
+}
+
+/* free_sized and free_aligned_sized (call names which) in checking and described modes: as
+ * free, and in checking mode the size must be the one the block was asked with. */
+void check_free_sized(void *p, size_t size, const char *call) {
+  if (!p) return;
+  if (forward && !boot_owns(p)) return tool_heap.free(p);
+  long r = vg_take_block(p, KIND_MALLOC);
+  if (r == TAKE_MISMATCH) return vg_tool_release(KIND_MALLOC)(p);
+  if (r == TAKE_BAD) vg_freed(p, 0);
+  if (r < 0) return;
+  vg_check_size(p, r, size, call);
+  vg_freed(p, (size_t)r);
+  vg_give_block();
+}
+
+/* A block taken for a sized release (vg_take_block's r, its size): checking mode stops when
+ * size is another. */
+void vg_check_size(void *p, long r, size_t size, const char *call) {
+  if (!fm_pool.opt.check || (size_t)r == size || taken.native) return;
+  check_size_fault(p, &taken, size, call);
 }
 
 /* realloc's block in checking mode and under the tools that are not native: thread-local, not
@@ -906,9 +983,10 @@ bool check_setup(void) {
   /* The thread checkers do not check the lock's and the short ways' words (see lock()). */
   VALGRIND_HG_DISABLE_CHECKING(&quick, sizeof quick);
   VALGRIND_DRD_IGNORE(&quick, sizeof quick);
-  held.on = vg_running == VG_MEMCHECK;
+  held.on = vg_running == VG_MEMCHECK || (fm_pool.opt.check && vg_running == VG_NONE);
+  if (vg_running == VG_NONE) held.max = HELD_CHECK;
   shrink_in_place = vg_running != VG_MEMCHECK;
-  if (held.on) read_tool_options();
+  if (vg_running == VG_MEMCHECK) read_tool_options();
   return serial;
 }
 
@@ -1036,7 +1114,16 @@ static void check_after_fork(void) {
 /* Under Valgrind the block area starts inaccessible (memcheck: blocks become addressable as
  * they are handed out; its leak search does not wade through untouched gigabytes), and for the
  * thread checkers the pool and its bookkeeping are untracked. */
+/* Checking mode: a SIGSEGV at an inaccessible chunk of the pool is the program's access to a
+ * freed large block or to malloc(0)'s bytes; any other goes on to the disposition before. */
+static void check_segv(void *addr) {
+  enum large_shade s = large_shade_at(addr);
+  if (s == SHADE_HIDDEN) fault_stop("read or write after free", addr, -1);
+  if (s == SHADE_GUARD) fault_stop("read or write of a malloc(0) block", addr, -1);
+}
+
 void check_pool_start(void) {
+  if (check_guards()) os_on_segv(check_segv);
   if (!fm_pool.valgrind) return;
   uintptr_t end = fm_pool.base + fm_pool.size;
   vg_range(req_noaccess, fm_pool.heap_base, end);

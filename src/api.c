@@ -21,15 +21,11 @@ void *flatmalloc_malloc(size_t size) { return fm_alloc(size); }
 void flatmalloc_free(void *p) { fm_free(p); }
 
 /* In checking mode the size must be the one the block was asked with. */
-void flatmalloc_free_sized(void *p, size_t size) {
-  if (unlikely(fm_pool.checked)) return check_free_sized(p, size, "free_sized");
-  fm_free(p);
-}
+void flatmalloc_free_sized(void *p, size_t size) { fm_free_as(p, size, FM_FREE_SIZED); }
 
 void flatmalloc_free_aligned_sized(void *p, size_t alignment, size_t size) {
   (void)alignment;
-  if (unlikely(fm_pool.checked)) return check_free_sized(p, size, "free_aligned_sized");
-  fm_free(p);
+  fm_free_as(p, size, FM_FREE_ALIGNED_SIZED);
 }
 
 size_t flatmalloc_malloc_usable_size(void *p) {

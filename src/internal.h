@@ -222,5 +222,6 @@ hidden bool pool_init(void);          /* false: use the bootstrap buffer for now
 hidden void pool_route(void);         /* after a change of opt.perturb (mallopt) */
 hidden noinline void *fm_malloc_slow(size_t size);
 hidden noinline void fm_free_slow(void *p);
+hidden noinline void fm_free_sized_slow(void *p, size_t size, unsigned call);   /* call: fast.h's FM_FREE_SIZED or FM_FREE_ALIGNED_SIZED */
 hidden noinline void fm_free_block(void *p, fm_st *st, unsigned c1);
 #endif

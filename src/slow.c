@@ -184,6 +184,13 @@ static void free_perturbed(void *p) {
   free_on(p);
 }
 
+/* A sized release the fast path did not take: checking mode checks the size, the rest is
+ * free's. */
+void fm_free_sized_slow(void *p, size_t size, unsigned call) {
+  if (fm_pool.checked && !perturb_byte()) return check_free_sized(p, size, call == 2 ? "free_aligned_sized" : "free_sized");
+  fm_free_slow(p);
+}
+
 void fm_free_slow(void *p) {
   if (unlikely(perturb_byte())) return free_perturbed(p);
   pool_reopen(p);

@@ -216,9 +216,41 @@ static void node_free(struct held_node *n) {
 }
 
 static void held_trim(size_t max);
+static void hold_in(uint8_t *b, int cls, size_t size, uint8_t *user);
 
-/* Called with lock() held and memcheck looking away, or natively. */
+/* Checking mode outside Valgrind takes no lock() (serial is off): the FIFO has a lock of its
+ * own there, which a fork child sets up again (dropping what the FIFO held: its blocks stay
+ * out) and a signal handler's free on a thread that holds it does not wait for. */
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread bool held_mine __attribute__((tls_model("initial-exec")));
+static void held_take(void) {
+  if (held_mine) block_reentered("free");
+  pthread_mutex_lock(&held_lock);
+  held_mine = true;
+}
+static void held_give(void) {
+  held_mine = false;
+  pthread_mutex_unlock(&held_lock);
+}
+static void held_after_fork(void) {
+  pthread_mutex_init(&held_lock, NULL);
+  held_mine = false;
+  held.first = held.last = NULL;
+  held.out = held.in = 0;
+  held.volume = 0;
+  atomic_store_explicit(&held.bytes, 0, memory_order_relaxed);
+}
+
+/* Called with lock() held and memcheck looking away, or natively; in checking mode outside
+ * Valgrind, under held_lock. */
 static void hold(uint8_t *b, int cls, size_t size, uint8_t *user) {
+  if (!check_guards()) return hold_in(b, cls, size, user);
+  held_take();
+  hold_in(b, cls, size, user);
+  held_give();
+}
+
+static void hold_in(uint8_t *b, int cls, size_t size, uint8_t *user) {
   bool guards = check_guards();
   size_t bytes = block_bytes(b, cls);
   bool wait = held.on && (!guards || bytes <= HELD_CHECK / 2);
@@ -578,9 +610,9 @@ void vg_flush_unlock(void) {
  * allocation). */
 void check_release_queued(void) {
   if (check_guards()) {   /* checking mode: the quarantine, each block checked as it leaves */
-    lock();
+    held_take();
     held_trim(0);
-    unlock();
+    held_give();
   }
   if (!native) return;
   lock();
@@ -1125,7 +1157,10 @@ static void check_segv(void *addr) {
 }
 
 void check_pool_start(void) {
-  if (check_guards()) os_on_segv(check_segv);
+  if (check_guards()) {
+    os_on_segv(check_segv);
+    pthread_atfork(NULL, NULL, held_after_fork);
+  }
   if (!fm_pool.valgrind) return;
   uintptr_t end = fm_pool.base + fm_pool.size;
   vg_range(req_noaccess, fm_pool.heap_base, end);

@@ -11,7 +11,9 @@
  * the heap is used). The reservation is inaccessible and opened (mprotect) as it is used: the
  * heap and its per-chunk tables up to the highest chunk taken, in steps of 1 MiB (span.c's
  * commit_to), a tag's inbox when a thread first takes the tag, the fixed tables at start-up;
- * so mlockall locks what the heap uses, not the pool. Prefaulted, it is opened and populated
+ * so mlockall locks what the heap uses, not the pool. fm_pool.chunks_open counts the chunks
+ * whose records are open: a pointer into a chunk above is in no block, and no lookup reads
+ * its records (free()'s fast path is bounded by it, the slow paths test it). Prefaulted, it is opened and populated
  * whole at start-up; under a Valgrind tool it is the tool's mapping. The meta area holds the blocks' states (BLOCK STATE below) and,
  * per chunk, a line (struct fm_line: the span and class it belongs to), a run record and a bit
  * "may hold pages"; plus the size -> class table, the owner tags, the classes' shards and their

@@ -197,6 +197,7 @@ int flatmalloc_malloc_trim(size_t pad) {
   (void)pad;
   if (!pool_ready()) return 0;
   check_release_queued();   /* memcheck: frees still queued (check.c) */
+  check_quarantine_empty(); /* checking mode: the blocks held back */
   block_enter("malloc_trim");
   tcache_collect();         /* blocks other threads freed for this one */
   int r = span_trim();

@@ -202,7 +202,8 @@ hidden void profile_free(size_t size);
 hidden void *check_malloc(size_t size);
 hidden void *check_memalign(size_t size, size_t align);
 hidden void check_free(void *p);
-hidden void check_free_sized(void *p, size_t size, const char *call);   /* free_sized, free_aligned_sized */
+hidden void check_free_sized(void *p, size_t size, const char *call);
+hidden void check_quarantine_empty(void);   /* malloc_trim: checking mode's held-back blocks go back */   /* free_sized, free_aligned_sized */
 hidden void *check_realloc(void *p, size_t size);
 hidden size_t check_usable(void *p);
 hidden void check_pool_start(void);

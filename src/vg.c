@@ -136,19 +136,26 @@ void *vg_new_block(size_t size, size_t align, enum check_kind kind) {
  * not by following links through held blocks, which are long out of the caches by then.
  *
  * Checking mode outside Valgrind (check_guards) holds freed blocks the same way, up to
- * HELD_CHECK bytes of blocks: a block of a class is filled with FREED_FILL from the program's
- * pointer to its end, and the fill is checked when it leaves the FIFO, before it can be handed
- * out again ("write after free"); a large block's chunks are made inaccessible while it waits,
+ * HELD_CHECK bytes of blocks: a block of a class is filled with FREED_FILL (or glibc's perturb
+ * byte) from the program's pointer to its end, and the fill is checked when it leaves the FIFO,
+ * before it can be handed out again ("write after free"); a large block's chunks are made inaccessible while it waits,
  * and a read or write there stops at the access (check_segv). Blocks above HELD_CHECK / 2 go
  * back at once. */
 #define HELD_NODE_BYTES 8192u
 #define HELD_PER_NODE ((HELD_NODE_BYTES - 16) / 24)
 #define HELD_CHECK ((size_t)8 << 20)
 #define FREED_FILL 0xdf
+/* The fill: glibc's perturb byte when it is set (a freed block reads it, docs/glibc.md). */
+static uint8_t held_fill(void) {
+  int n = __atomic_load_n(&fm_pool.opt.perturb, __ATOMIC_RELAXED) & 0xff;
+  return n ? (uint8_t)n : FREED_FILL;
+}
+#define HELD_FILL_SHIFT 56u   /* an entry's pointer keeps its fill in its top byte */
 struct held_node {
   struct held_node *next;
   uintptr_t unused;
-  uintptr_t e[HELD_PER_NODE][3];   /* the block, its requested size, the program's pointer */
+  uintptr_t e[HELD_PER_NODE][3];   /* the block, its count (requested size; checking mode: its
+                                      bytes), the program's pointer | the fill << HELD_FILL_SHIFT */
 };
 static struct {
   struct held_node *first, *last;   /* entries out.. of first are the oldest, ..in of last the newest */
@@ -178,22 +185,22 @@ static void give_back(uint8_t *b) {
 
 /* Checking mode: a freed block made ready to wait (filled, or its chunks hidden); malloc(0)'s
  * guard comes off first, so a block never goes back with one. */
-static void held_enter(uint8_t *b, int cls, uint8_t *user, size_t size, bool wait) {
+static void held_enter(uint8_t *b, int cls, uint8_t *user, size_t size, bool wait, uint8_t fill) {
   if (cls >= 0) {
-    if (wait) memset(user, FREED_FILL, (size_t)(check_room_end(b, cls, user) - user));
+    if (wait) memset(user, fill, (size_t)(check_room_end(b, cls, user) - user));
     return;
   }
   uint32_t n = large_chunks(b);
   if (!size && large_shade_at(user) == SHADE_GUARD) (void)large_shade(b, 1, 1, SHADE_NONE);
-  if (wait) (void)large_shade(b, 0, n, SHADE_HIDDEN);
+  if (wait && !__atomic_load_n(&fm_pool.opt.perturb, __ATOMIC_RELAXED)) (void)large_shade(b, 0, n, SHADE_HIDDEN);   /* perturbed: it reads the byte */
 }
 
 /* Checking mode: a block leaving the FIFO, its fill checked, its chunks accessible again;
  * false when it must stay out (the kernel would not open its chunks again). */
-static bool held_leave(uint8_t *b, uint8_t *user) {
+static bool held_leave(uint8_t *b, uint8_t *user, uint8_t with) {
   int cls = class_at(b);
   if (cls >= 0) {
-    const uint64_t fill = 0x0101010101010101ull * FREED_FILL, *end = (const uint64_t *)check_room_end(b, cls, user);
+    const uint64_t fill = 0x0101010101010101ull * with, *end = (const uint64_t *)check_room_end(b, cls, user);
     uint64_t diff = 0;
     for (const uint64_t *q = (const uint64_t *)user; q < end; q++) diff |= *q ^ fill;   /* both ends 16-aligned */
     if (diff) fault_stop("write after free", user, cls);
@@ -254,12 +261,13 @@ static void hold_in(uint8_t *b, int cls, size_t size, uint8_t *user) {
   bool guards = check_guards();
   size_t bytes = block_bytes(b, cls);
   bool wait = held.on && (!guards || bytes <= HELD_CHECK / 2);
-  if (guards) held_enter(b, cls, user, size, wait);
+  uint8_t fill = guards ? held_fill() : 0;
+  if (guards) held_enter(b, cls, user, size, wait, fill);
   if (!wait) return give_back(b);
   if (!held.last || held.in == HELD_PER_NODE) {
     struct held_node *n = node_new();
     if (!n) {   /* no room to note it: released at once */
-      if (guards && !held_leave(b, user)) return;
+      if (guards && !held_leave(b, user, fill)) return;
       return give_back(b);
     }
     if (held.last) held.last->next = n;
@@ -270,7 +278,7 @@ static void hold_in(uint8_t *b, int cls, size_t size, uint8_t *user) {
   size_t counted = guards ? bytes : size;
   held.last->e[held.in][0] = (uintptr_t)b;
   held.last->e[held.in][1] = counted;
-  held.last->e[held.in++][2] = (uintptr_t)user;
+  held.last->e[held.in++][2] = (uintptr_t)user | (uintptr_t)fill << HELD_FILL_SHIFT;
   held.volume += counted;
   held_add(bytes);
   held_trim(held.max);
@@ -281,13 +289,19 @@ static void held_trim(size_t max) {
   bool guards = check_guards();
   while (held.first && held.volume > max && !(held.first == held.last && held.out == held.in)) {
     struct held_node *n = held.first;
-    uint8_t *o = (uint8_t *)n->e[held.out][0], *u = (uint8_t *)n->e[held.out][2];
+    uintptr_t ue = n->e[held.out][2];
+    uint8_t *o = (uint8_t *)n->e[held.out][0], *u = (uint8_t *)(ue & (((uintptr_t)1 << HELD_FILL_SHIFT) - 1));
     held.volume -= n->e[held.out++][1];
-    bool back = !guards || held_leave(o, u);
+    bool back = !guards || held_leave(o, u, (uint8_t)(ue >> HELD_FILL_SHIFT));
     held_add(-block_bytes(o, class_at(o)));
     if (back) give_back(o);
     if (n == held.last && held.out == held.in) {
-      held.out = held.in = 0;   /* empty: the node stays */
+      held.out = held.in = 0;   /* empty: the node stays, but for a drain (mallinfo counts it) */
+      if (!max && guards) {
+        held.first = held.last = NULL;
+        node_free(n);
+        break;
+      }
     } else if (held.out == HELD_PER_NODE) {
       held.first = n->next;
       held.out = 0;
@@ -609,16 +623,21 @@ void vg_flush_unlock(void) {
 /* The queued releases and the stash go back to the allocator (mallinfo, malloc_trim, a failed
  * allocation). */
 void check_release_queued(void) {
-  if (check_guards()) {   /* checking mode: the quarantine, each block checked as it leaves */
-    held_take();
-    held_trim(0);
-    held_give();
-  }
+  check_quarantine_empty();
   if (!native) return;
   lock();
   vg_flush_locked();
   if (!pool_gone) native_call(native_unstash, 0, 0);
   unlock();
+}
+
+/* malloc_trim in checking mode outside Valgrind: the quarantine goes back, each block checked
+ * as it leaves (mallinfo counts its blocks as free without it). */
+void check_quarantine_empty(void) {
+  if (!check_guards() || !pool_ready()) return;
+  held_take();
+  held_trim(0);
+  held_give();
 }
 
 /* The pending headers and the queued releases, before the program's side reads a header

@@ -539,6 +539,11 @@ static struct fm_tcache *tcache_mine(void) {
   return likely(tc != &fm_tc_empty) ? tc : tcache_attach();
 }
 
+/* The calling thread's cache, attached now as a first free() attaches it: checking mode's free
+ * reaches the cache only when the quarantine lets the block go, later and maybe on another
+ * thread, and whether a thread holds a cache and a tag must not hang on that. */
+void tcache_join(void) { (void)tcache_mine(); }
+
 void tcache_stats(struct tcache_stats *s) {
   fm_lock(&caches_lock);
   s->threads = atomic_load_explicit(&fm_pool.caches_live, memory_order_relaxed);

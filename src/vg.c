@@ -141,7 +141,7 @@ void *vg_new_block(size_t size, size_t align, enum check_kind kind) {
  * before it can be handed out again ("write after free"); a large block's chunks are made inaccessible while it waits,
  * and a read or write there stops at the access (check_segv). Blocks above HELD_CHECK / 2 go
  * back at once. */
-#define HELD_NODE_BYTES 8192u
+#define HELD_NODE_BYTES FM_CHUNK
 #define HELD_PER_NODE ((HELD_NODE_BYTES - 16) / 24)
 #define HELD_CHECK ((size_t)8 << 20)
 #define FREED_FILL 0xdf
@@ -157,6 +157,7 @@ struct held_node {
   uintptr_t e[HELD_PER_NODE][3];   /* the block, its count (requested size; checking mode: its
                                       bytes), the program's pointer | the fill << HELD_FILL_SHIFT */
 };
+_Static_assert(sizeof(struct held_node) <= HELD_NODE_BYTES, "a node fits its chunk");
 static struct {
   struct held_node *first, *last;   /* entries out.. of first are the oldest, ..in of last the newest */
   unsigned out, in;
@@ -209,8 +210,20 @@ static bool held_leave(uint8_t *b, uint8_t *user, uint8_t with) {
   return large_shade_at(b) != SHADE_HIDDEN || large_shade(b, 0, large_chunks(b), SHADE_NONE);
 }
 
+/* A node for the FIFO. In checking mode outside Valgrind it is a chunk of the large area, not
+ * a block of the freeing thread's cache: a free must not refill that cache, since a refill
+ * takes a tag another thread gave back, and a thread that only frees would hold it. */
 static struct held_node *node_new(void) {
-  struct held_node *n = fm_pool.native ? block_alloc_direct(sizeof *n) : block_alloc(sizeof *n);
+  struct held_node *n;
+  if (fm_pool.native) {
+    n = block_alloc_direct(sizeof *n);
+  } else if (check_guards()) {
+    block_enter("free");   /* the heap's lock */
+    n = large_alloc(sizeof *n, 0);
+    block_leave();
+  } else {
+    n = block_alloc(sizeof *n);
+  }
   if (!n) return NULL;
   n->next = NULL;
   held_add(block_bytes((uint8_t *)n, class_at(n)));
@@ -252,6 +265,7 @@ static void held_after_fork(void) {
  * Valgrind, under held_lock. */
 static void hold(uint8_t *b, int cls, size_t size, uint8_t *user) {
   if (!check_guards()) return hold_in(b, cls, size, user);
+  tcache_join();
   held_take();
   hold_in(b, cls, size, user);
   held_give();

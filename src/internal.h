@@ -147,6 +147,7 @@ hidden int tcache_check(void);
 hidden void tcache_after_fork(void);
 hidden void tcache_collect(void);
 hidden void tcache_join(void);   /* the calling thread's cache, as its first free() attaches it */
+hidden void tcache_send(void);   /* the calling thread's outbox goes to its owners now */
 /* threads: threads holding a cache; tagged: threads holding a tag; bytes: the heap runs the
  * caches take */
 struct tcache_stats { uint64_t threads, tagged, bytes, most_moved; };

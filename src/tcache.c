@@ -703,6 +703,13 @@ void tcache_free_direct(void *p, unsigned c, fm_st *st) {
   put(tc_native, p, c, st);
 }
 
+/* Sends the calling thread's outbox (checking mode, after the quarantine let blocks go: another
+ * thread's block there would otherwise wait for this thread's next refill to reach its owner). */
+void tcache_send(void) {
+  struct fm_tcache *tc = fm_tc;
+  if (tc != &fm_tc_empty) outbox_flush(tc);
+}
+
 /* Sends the calling thread's outbox and takes its inbox and remote stack home (for the statistics and
  * malloc_trim, which count those blocks as free). */
 void tcache_collect(void) {

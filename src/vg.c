@@ -269,6 +269,7 @@ static void hold(uint8_t *b, int cls, size_t size, uint8_t *user) {
   held_take();
   hold_in(b, cls, size, user);
   held_give();
+  tcache_send();
 }
 
 static void hold_in(uint8_t *b, int cls, size_t size, uint8_t *user) {
@@ -652,6 +653,7 @@ void check_quarantine_empty(void) {
   held_take();
   held_trim(0);
   held_give();
+  tcache_send();
 }
 
 /* The pending headers and the queued releases, before the program's side reads a header

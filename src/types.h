@@ -10,18 +10,28 @@
  * shifts by a constant; 128 bytes of meta a chunk, reserved for the whole pool, touched where
  * the heap is used). The reservation is inaccessible and opened (mprotect) as it is used: the
  * heap and its per-chunk tables up to the highest chunk taken, in steps of 1 MiB (span.c's
- * commit_to), a tag's inbox when a thread first takes the tag, the fixed tables at start-up;
- * so mlockall locks what the heap uses, not the pool. Prefaulted, it is opened and populated
- * whole at start-up; under a Valgrind tool it is the tool's mapping. The meta area holds the blocks' states (BLOCK STATE below) and,
- * per chunk, a line (struct fm_line: the span and class it belongs to), a run record and a bit
- * "may hold pages"; plus the size -> class table, the owner tags, the classes' shards and their
- * transfer caches. No allocator
- * metadata lives in free memory: a stray write into a freed block can corrupt nothing but that
- * block. No cache line of meta that malloc() and free() write holds records of two spans, nor
- * does a sector (FM_SECTOR: the two cache lines a CPU fetches together) of chunk records (a
- * chunk's line and its run record are a sector, a chunk's states in a shadow a whole number of
- * cache lines; shards and tags a sector each): spans belong to one shard, and threads that
- * share no shard write no common line, whichever chunks their spans have side by side.
+ * commit_to; whole huge pages where the heap lies on them, HUGE PAGES below), a tag's inbox
+ * when a thread first takes the tag, the fixed tables at start-up; so mlockall locks what the
+ * heap uses, not the pool. Prefaulted, it is opened and populated whole at start-up; under a
+ * Valgrind tool it is the tool's mapping. The meta area holds the blocks' states (BLOCK STATE
+ * below) and, per chunk, a line (struct fm_line: the span and class it belongs to), a run
+ * record and a bit "may hold pages"; plus the size -> class table, the owner tags, the classes'
+ * shards and their transfer caches. No allocator metadata lives in free memory: a stray write
+ * into a freed block can corrupt nothing but that block. No cache line of meta that malloc()
+ * and free() write holds records of two spans, nor does a sector (FM_SECTOR: the two cache
+ * lines a CPU fetches together) of chunk records (a chunk's line and its run record are a
+ * sector, a chunk's states in a shadow a whole number of cache lines; shards and tags a sector
+ * each): spans belong to one shard, and threads that share no shard write no common line,
+ * whichever chunks their spans have side by side.
+ *
+ * HUGE PAGES (pool.c, span.c). Where the kernel offers transparent huge pages, the heap from
+ * the first huge page past FM_HUGE_FROM (8 MiB) is advised onto them (the tables and the first
+ * 8 MiB off them in "always" mode, so a small program is no bigger), opened in whole aligned
+ * huge pages, and a huge page stays whole while any of it is used: a run cut from one marks
+ * the rest of it as holding pages (the kernel faulted it in whole), so the next runs fill it
+ * first, and pages go back only in whole huge pages; free chunks inside a huge page still in
+ * use keep theirs (out of the release FIFO) until malloc_trim, which splits it. hugetlb: the
+ * whole pool is the kernel's reserved huge pages, opened at start-up.
  *
  * RUN (span.c). The heap is handed out in runs of whole chunks, to a size class (a span) or to
  * one large block. Free runs are indexed by length with TLSF bitmaps (O(1) good fit; those that
@@ -440,7 +450,7 @@ struct fm_pool {
   void *arenas;              /* the arenas' records, FM_ARENA_REC bytes each, 64-aligned (arena.c) */
   uint32_t inbox_n;          /* a power of two: 1/64 of the pool for all, within [FM_OUTBOX, FM_INBOX_MAX] */
   uint32_t huge_chunks;      /* chunks in a huge page where the heap lies on them (pool.c), 0: base pages only */
-  uint32_t huge_from;        /* the first chunk on huge pages (a multiple of huge_chunks) */
+  uint32_t huge_from;        /* the first chunk on huge pages (one starts there) */
   bool hugetlb;              /* the pool is the kernel's reserved huge pages (FLATMALLOC_HUGEPAGES=hugetlb) */
   _Atomic uint32_t tags_used;
   _Atomic uint32_t tags_free;     /* unused tags waiting in tcache.c's FIFO */

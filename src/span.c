@@ -359,10 +359,12 @@ static void heap_lock(void) {
 }
 
 /* ---- runs -------------------------------------------------------------------------------- */
-/* Makes [from, to) of an array of per-chunk entries of `each` bytes accessible. */
-static bool commit_entries(const void *array, size_t each, uint32_t from, uint32_t to) {
+/* Makes [from, to) of an array of per-chunk entries of `each` bytes accessible: past `huge`
+ * (an address, 0: nowhere) in whole huge pages. */
+static bool commit_entries(const void *array, size_t each, uint32_t from, uint32_t to, uintptr_t huge) {
   uintptr_t page = os_page_size(), lo = ((uintptr_t)array + from * each) & ~(page - 1);
   uintptr_t hi = ((uintptr_t)array + to * each + page - 1) & ~(page - 1);
+  if (huge && hi > huge) page = (uintptr_t)fm_pool.huge_chunks << FM_CHUNK_SHIFT, hi = (hi + page - 1) & ~(page - 1);
   return os_commit((void *)lo, hi - lo);
 }
 
@@ -375,11 +377,11 @@ static bool commit_to(uint32_t to) {
   if (want > H.nchunks) want = H.nchunks;
   for (unsigned s = 0; s < FM_SHADOWS; s++)
     if (fm_pool.st_bias[s] && !commit_entries((const void *)(fm_pool.st_bias[s] + (fm_pool.heap_base >> s)),
-                                              (size_t)1 << (FM_CHUNK_SHIFT - s), H.committed, want))
+                                              (size_t)1 << (FM_CHUNK_SHIFT - s), H.committed, want, 0))
       return false;
-  if (!commit_entries(fm_pool.chunk, sizeof *fm_pool.chunk, H.committed, want) ||
-      !commit_entries(H.pages, 1, H.committed / 8, (want + 63) / 8) ||
-      !commit_entries(fm_pool.arenas, FM_ARENA_REC, H.committed / FM_ARENA_CHUNKS, want / FM_ARENA_CHUNKS + 1) ||
+  if (!commit_entries(fm_pool.chunk, sizeof *fm_pool.chunk, H.committed, want, fm_pool.huge_table) ||
+      !commit_entries(H.pages, 1, H.committed / 8, (want + 63) / 8, 0) ||
+      !commit_entries(fm_pool.arenas, FM_ARENA_REC, H.committed / FM_ARENA_CHUNKS, want / FM_ARENA_CHUNKS + 1, 0) ||
       !os_commit((void *)(fm_pool.heap_base + ((uintptr_t)H.committed << FM_CHUNK_SHIFT)),
                  (size_t)(want - H.committed) << FM_CHUNK_SHIFT))
     return false;

@@ -121,13 +121,12 @@ static void givable(uint32_t i, uint32_t end, uint32_t *lo, uint32_t *hi) {
   if (*hi < *lo) *hi = *lo;
 }
 
-/* Chunks of [from, to) that lie on huge pages now in use (they were touched whole), marked as
- * holding pages; returns how many were not marked before. */
+/* Chunks of [from, to), in a huge page that a run just taken lies in, that were held to have
+ * no pages: the kernel faults the huge page in whole, so they count as holding pages now (their
+ * bits stay clear: never written, they still read as zero, which calloc relies on). */
 static uint32_t touched(uint32_t from, uint32_t to) {
   if (from >= to || !on_huge(from)) return 0;
-  uint32_t n = to - from - pages_count(from, to - from);
-  pages_set(from, to - from);
-  return n;
+  return to - from - pages_count(from, to - from);
 }
 
 static void fifo_remove(uint32_t i) {
@@ -434,12 +433,12 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
        * release scans only the given-back front (RELEASE_WORDS) and the excess stops draining. */
       uint32_t edge = on_huge(i + len) && hp_up(i + len) < i + have ? hp_up(i + len) : i + have;
       uint32_t more = touched(i + len, edge);   /* the rest of the huge page it ends in */
-      put_back(i + len, rest, left + more);
+      put_back(i + len, rest, left + more < rest ? left + more : rest);
       fresh += more;
       if (rest && clean > i + len) R(i + len)->clean = clean;   /* the rest's front went back */
     } else {
       uint32_t more = touched(hp_down(at) > i ? hp_down(at) : i, at);   /* the rest of the huge page it starts in */
-      list_insert(i, rest, left + more);
+      list_insert(i, rest, left + more < rest ? left + more : rest);
       R(i)->clean = clean < at ? clean : at;
       fresh += more;
     }
@@ -465,6 +464,7 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
   if (on_huge(end)) {   /* the rest of the huge page the run ends in is touched with it, above top too */
     uint32_t stop = hp_up(end) < H.nchunks ? hp_up(end) : H.nchunks, top = end > H.top ? end : H.top;
     more = touched(end, stop < top ? stop : top);   /* in the rest of the tail run */
+    if (more > top - end) more = top - end;
     fresh += stop > top ? touched(top, stop) : 0;
   }
   if (end > H.top) H.top = end;

@@ -196,7 +196,7 @@ static void *pool_map(size_t size) {
   if (fm_pool.hugetlb) return os_reserve_hugetlb((size + pool_hp - 1) / pool_hp * pool_hp);   /* aligned by the kernel */
   size_t align = pool_hp > POOL_ALIGN ? pool_hp : POOL_ALIGN;
   uintptr_t mem = (uintptr_t)(pool_tool_map ? pool_tool_map(size + align)
-                                            : os_reserve(size + align, false, !fm_pool.lazy_commit));
+                                            : os_reserve(size + align, !fm_pool.lazy_commit));
   return mem ? (void *)((mem + align - 1) & ~(uintptr_t)(align - 1)) : NULL;
 }
 

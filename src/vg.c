@@ -235,9 +235,6 @@ static void node_free(struct held_node *n) {
   give_back((uint8_t *)n);
 }
 
-static void held_trim(size_t max);
-static void hold_in(uint8_t *b, int cls, size_t size, uint8_t *user);
-
 /* Checking mode outside Valgrind takes no lock() (serial is off): the FIFO has a lock of its
  * own there, which a fork child sets up again (dropping what the FIFO held: its blocks stay
  * out) and a signal handler's free on a thread that holds it does not wait for. */
@@ -261,55 +258,43 @@ static void held_after_fork(void) {
   atomic_store_explicit(&held.bytes, 0, memory_order_relaxed);
 }
 
-/* Called with lock() held and memcheck looking away, or natively; in checking mode outside
- * Valgrind, under held_lock. */
-static void hold(uint8_t *b, int cls, size_t size, uint8_t *user) {
-  if (!check_guards()) return hold_in(b, cls, size, user);
-  tcache_join();
-  held_take();
-  hold_in(b, cls, size, user);
-  held_give();
-  tcache_send();
-}
+/* Blocks taken off the FIFO, to be checked and given back. */
+#define HELD_BATCH 32u
+struct held_out {
+  uint8_t *b, *user;
+  uint8_t fill;
+};
 
-static void hold_in(uint8_t *b, int cls, size_t size, uint8_t *user) {
-  bool guards = check_guards();
-  size_t bytes = block_bytes(b, cls);
-  bool wait = held.on && (!guards || bytes <= HELD_CHECK / 2);
-  uint8_t fill = guards ? held_fill() : 0;
-  if (guards) held_enter(b, cls, user, size, wait, fill);
-  if (!wait) return give_back(b);
+/* Notes block b in the FIFO; false when there is no room to note it. */
+static bool hold_in(uint8_t *b, size_t counted, size_t bytes, uint8_t *user, uint8_t fill) {
   if (!held.last || held.in == HELD_PER_NODE) {
     struct held_node *n = node_new();
-    if (!n) {   /* no room to note it: released at once */
-      if (guards && !held_leave(b, user, fill)) return;
-      return give_back(b);
-    }
+    if (!n) return false;
     if (held.last) held.last->next = n;
     else held.first = n;
     held.last = n;
     held.in = 0;
   }
-  size_t counted = guards ? bytes : size;
   held.last->e[held.in][0] = (uintptr_t)b;
   held.last->e[held.in][1] = counted;
   held.last->e[held.in++][2] = (uintptr_t)user | (uintptr_t)fill << HELD_FILL_SHIFT;
   held.volume += counted;
   held_add(bytes);
-  held_trim(held.max);
+  return true;
 }
 
-/* Blocks leave the FIFO, oldest first, until it holds at most max (by its count). */
-static void held_trim(size_t max) {
+/* Takes up to HELD_BATCH of the oldest blocks off the FIFO while it holds more than max (by its
+ * count) into o; returns how many. */
+static unsigned held_pop(size_t max, struct held_out *o) {
   bool guards = check_guards();
-  while (held.first && held.volume > max && !(held.first == held.last && held.out == held.in)) {
+  unsigned k = 0;
+  while (k < HELD_BATCH && held.first && held.volume > max && !(held.first == held.last && held.out == held.in)) {
     struct held_node *n = held.first;
     uintptr_t ue = n->e[held.out][2];
-    uint8_t *o = (uint8_t *)n->e[held.out][0], *u = (uint8_t *)(ue & (((uintptr_t)1 << HELD_FILL_SHIFT) - 1));
+    uint8_t *b = (uint8_t *)n->e[held.out][0];
+    o[k++] = (struct held_out){b, (uint8_t *)(ue & (((uintptr_t)1 << HELD_FILL_SHIFT) - 1)), (uint8_t)(ue >> HELD_FILL_SHIFT)};
     held.volume -= n->e[held.out++][1];
-    bool back = !guards || held_leave(o, u, (uint8_t)(ue >> HELD_FILL_SHIFT));
-    held_add(-block_bytes(o, class_at(o)));
-    if (back) give_back(o);
+    held_add(-block_bytes(b, class_at(b)));
     if (n == held.last && held.out == held.in) {
       held.out = held.in = 0;   /* empty: the node stays, but for a drain (mallinfo counts it) */
       if (!max && guards) {
@@ -323,6 +308,54 @@ static void held_trim(size_t max) {
       node_free(n);
     }
   }
+  return k;
+}
+
+/* Blocks taken off the FIFO go back; in checking mode each is checked and made accessible
+ * first (a block the kernel would not open again stays out). */
+static void held_release(const struct held_out *o, unsigned n) {
+  bool guards = check_guards();
+  for (unsigned i = 0; i < n; i++)
+    if (!guards || held_leave(o[i].b, o[i].user, o[i].fill)) give_back(o[i].b);
+}
+
+/* Blocks leave the FIFO, oldest first, until it holds at most max. In checking mode outside
+ * Valgrind held_lock is taken for each batch's bookkeeping only: the fill's check, the
+ * mprotect and the release run outside it, so threads freeing at once wait for no system call. */
+static void held_trim(size_t max) {
+  struct held_out o[HELD_BATCH];
+  bool guards = check_guards();
+  unsigned n;
+  do {
+    if (guards) held_take();
+    n = held_pop(max, o);
+    if (guards) held_give();
+    held_release(o, n);
+  } while (n == HELD_BATCH);
+}
+
+/* Called with lock() held and memcheck looking away, or natively. Checking mode outside
+ * Valgrind fills or hides the block before it takes held_lock (the block is this thread's
+ * alone until it is noted), and sends what the releases put in the thread's outbox. */
+static void hold(uint8_t *b, int cls, size_t size, uint8_t *user) {
+  bool guards = check_guards();
+  size_t bytes = block_bytes(b, cls);
+  bool wait = held.on && (!guards || bytes <= HELD_CHECK / 2);
+  uint8_t fill = guards ? held_fill() : 0;
+  if (guards) {
+    tcache_join();
+    held_enter(b, cls, user, size, wait, fill);
+  }
+  if (wait) {
+    if (guards) held_take();
+    bool noted = hold_in(b, guards ? bytes : size, bytes, user, fill);
+    if (guards) held_give();
+    if (noted) held_trim(held.max);
+    else if (!guards || held_leave(b, user, fill)) give_back(b);   /* no room to note it: released at once */
+  } else {
+    give_back(b);
+  }
+  if (guards) tcache_send();
 }
 
 /* ---- deferred releases (memcheck, native) ----------------------------------------------- */
@@ -650,9 +683,7 @@ void check_release_queued(void) {
  * as it leaves (mallinfo counts its blocks as free without it). */
 void check_quarantine_empty(void) {
   if (!check_guards() || !pool_ready()) return;
-  held_take();
   held_trim(0);
-  held_give();
   tcache_send();
 }
 

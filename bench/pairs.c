@@ -1,4 +1,5 @@
-/* pairs SIZE [N]: N malloc+free pairs of SIZE bytes (default 1,000,000) in run_pairs().
+/* pairs SIZE [N] [sized]: N malloc+free pairs of SIZE bytes (default 1,000,000) in run_pairs();
+ * with "sized", malloc+free_sized(p, SIZE) pairs.
  *
  * Made to be counted, not timed: scripts/bench --callgrind runs it under
  *   valgrind --tool=callgrind --toggle-collect=run_pairs
@@ -7,9 +8,22 @@
  * Built with -fno-builtin; the pointer is escaped so the pair cannot be optimised away. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+void free_sized(void *p, size_t size) __attribute__((weak));   /* C23; glibc before 2.39 has none: the preloaded allocator's */
+
+static int sized;
 
 __attribute__((noinline)) void run_pairs(size_t size, size_t n)
 {
+  if (sized) {
+    for (size_t i = 0; i < n; i++) {
+      void *p = malloc(size);
+      __asm__ volatile("" : : "r"(p) : "memory");
+      free_sized(p, size);
+    }
+    return;
+  }
   for (size_t i = 0; i < n; i++) {
     void *p = malloc(size);
     __asm__ volatile("" : : "r"(p) : "memory");
@@ -25,6 +39,7 @@ int main(int argc, char **argv)
   }
   size_t size = strtoull(argv[1], NULL, 0);
   size_t n = argc > 2 ? strtoull(argv[2], NULL, 0) : 1000000;
+  sized = argc > 3 && !strcmp(argv[3], "sized");
   void *p = malloc(size); /* warm-up: initialisation and first refill */
   __asm__ volatile("" : : "r"(p) : "memory");
   free(p);

@@ -63,13 +63,13 @@ EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const nothro
 
 EXPORT void _ZdlPv(void *p) { unlikely(fm_pool.checked) ? cxx_delete(p) : fm_free(p); }
 EXPORT void _ZdaPv(void *p) { unlikely(fm_pool.checked) ? cxx_delete_array(p) : fm_free(p); }
-EXPORT void _ZdlPvm(void *p, size_t n) { (void)n, unlikely(fm_pool.checked) ? cxx_delete_sized(p) : fm_free(p); }
-EXPORT void _ZdaPvm(void *p, size_t n) { (void)n, unlikely(fm_pool.checked) ? cxx_delete_array_sized(p) : fm_free(p); }
+EXPORT void _ZdlPvm(void *p, size_t n) { unlikely(fm_pool.checked) ? cxx_delete_sized(p, n) : fm_free(p); }
+EXPORT void _ZdaPvm(void *p, size_t n) { unlikely(fm_pool.checked) ? cxx_delete_array_sized(p, n) : fm_free(p); }
 EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const nothrow_t *t) { (void)t; DELETE_BODY(p, KIND_NEW); }
 EXPORT void _ZdaPvRKSt9nothrow_t(void *p, const nothrow_t *t) { (void)t; DELETE_BODY(p, KIND_NEW_ARRAY); }
 EXPORT void _ZdlPvSt11align_val_t(void *p, size_t a) { (void)a; DELETE_BODY(p, KIND_NEW); }
 EXPORT void _ZdaPvSt11align_val_t(void *p, size_t a) { (void)a; DELETE_BODY(p, KIND_NEW_ARRAY); }
-EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n, (void)a; DELETE_BODY(p, KIND_NEW); }
-EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n, (void)a; DELETE_BODY(p, KIND_NEW_ARRAY); }
+EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)a; DELETE_SIZED_BODY(p, KIND_NEW, n, "sized delete"); }
+EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)a; DELETE_SIZED_BODY(p, KIND_NEW_ARRAY, n, "sized delete[]"); }
 EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const nothrow_t *t) { (void)a, (void)t; DELETE_BODY(p, KIND_NEW); }
 EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const nothrow_t *t) { (void)a, (void)t; DELETE_BODY(p, KIND_NEW_ARRAY); }

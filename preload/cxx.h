@@ -31,7 +31,9 @@ static always_inline void *cxx_plain(size_t n, size_t align) {
   }                                                                                            \
   return likely(p != NULL) ? p : cxx_fail(n, align, kind, nothrow)
 
-#define DELETE_BODY(p, kind)                                                                   \
+#define DELETE_BODY(p, kind) DELETE_SIZED_BODY(p, kind, 0, NULL)
+/* A sized delete (call names it): in checking mode n must be the size new was asked for. */
+#define DELETE_SIZED_BODY(p, kind, n, call)                                                    \
   if (unlikely(fm_pool.checked)) {                                                             \
     long r;                                                                                    \
     if (!(p) || (r = vg_take_block((p), (int)(kind))) == TAKE_NONE) return;                    \
@@ -40,6 +42,7 @@ static always_inline void *cxx_plain(size_t n, size_t align) {
       vg_freed((p), 0);                                                                        \
       return;                                                                                  \
     }                                                                                          \
+    if ((call) != NULL) vg_check_size((p), r, (n), (call));                                    \
     vg_freed((p), (size_t)r);                                                                  \
     vg_give_block();                                                                           \
     return;                                                                                    \
@@ -54,6 +57,6 @@ hidden void *cxx_new(size_t n);
 hidden void *cxx_new_array(size_t n);
 hidden void cxx_delete(void *p);
 hidden void cxx_delete_array(void *p);
-hidden void cxx_delete_sized(void *p);
-hidden void cxx_delete_array_sized(void *p);
+hidden void cxx_delete_sized(void *p, size_t n);
+hidden void cxx_delete_array_sized(void *p, size_t n);
 #endif

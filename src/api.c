@@ -20,15 +20,12 @@ void *flatmalloc_malloc(size_t size) { return fm_alloc(size); }
 
 void flatmalloc_free(void *p) { fm_free(p); }
 
-void flatmalloc_free_sized(void *p, size_t size) {
-  (void)size;
-  fm_free(p);
-}
+/* In checking mode the size must be the one the block was asked with. */
+void flatmalloc_free_sized(void *p, size_t size) { fm_free_as(p, size, FM_FREE_SIZED); }
 
 void flatmalloc_free_aligned_sized(void *p, size_t alignment, size_t size) {
   (void)alignment;
-  (void)size;
-  fm_free(p);
+  fm_free_as(p, size, FM_FREE_ALIGNED_SIZED);
 }
 
 size_t flatmalloc_malloc_usable_size(void *p) {
@@ -46,7 +43,9 @@ void *flatmalloc_calloc(size_t count, size_t size) {
   }
   if (heap_on && pool_ready()) return heap_calloc(n);
   if (n > fm_pool.small_max && pool_ready()) {
+    block_enter("calloc");
     void *p = large_calloc(n);
+    block_leave();
     if (!p) errno = ENOMEM;
     return p;
   }
@@ -60,7 +59,14 @@ void *flatmalloc_calloc(size_t count, size_t size) {
   unsigned c1 = fm_pool.cls_of[(n + FM_ALIGN - 1) / FM_ALIGN];
   struct fm_tcache *tc = fm_tc;
   bool zero;
-  void *p = !fm_bin_empty(tc, c1) ? fm_pop(tc, c1, &zero) : tcache_alloc(c1 - 1, true, &zero);
+  void *p;
+  if (!fm_bin_empty(tc, c1)) {
+    p = fm_pop(tc, c1, &zero);
+  } else {
+    block_enter("calloc");
+    p = tcache_alloc(c1 - 1, true, &zero);
+    block_leave();
+  }
   if (!p) return NULL;
   return zero && block_reads_zero(p, n) ? p : memset(p, 0, n);
 }
@@ -153,7 +159,7 @@ void *flatmalloc_realloc(void *p, size_t size) {
   }
   if (fm_pool.checked) return check_realloc(p, size);
   fm_st *st;
-  int c = class_find(p, &st);
+  int c = pool_opened(p) ? class_find(p, &st) : -1;
   size_t old;
   if (likely(c >= 0 && st_live(st_load(st)))) {   /* a live block of a class, found as free() finds it */
     old = fm_pool.cls[c].size;
@@ -161,7 +167,10 @@ void *flatmalloc_realloc(void *p, size_t size) {
     if (size <= old && (size > old / 2 || old <= 16)) return p;
   } else {
     old = block_usable(p, CALL_REALLOC);   /* a large or bootstrap block; any other pointer stops here */
-    if (large_owns(p) && size > fm_pool.small_max / 2 && large_resize(p, size)) {
+    block_enter("realloc");
+    bool resized = large_owns(p) && size > fm_pool.small_max / 2 && large_resize(p, size);
+    block_leave();
+    if (resized) {
       if (heap_on) heap_resized(p, size);
       int n = perturb_byte();
       if (unlikely(n) && size > old) memset((char *)p + old, (n ^ 0xff) & 0xff, size - old);   /* the new part */
@@ -188,9 +197,13 @@ int flatmalloc_malloc_trim(size_t pad) {
   (void)pad;
   if (!pool_ready()) return 0;
   check_release_queued();   /* memcheck: frees still queued (check.c) */
+  check_quarantine_empty(); /* checking mode: the blocks held back */
+  block_enter("malloc_trim");
   tcache_trim();            /* this thread's blocks, those other threads freed for it too */
   class_trim();             /* the transfer caches and spare spans, so empty spans go back */
-  return span_trim();
+  int r = span_trim();
+  block_leave();
+  return r;
 }
 
 void flatmalloc_malloc_stats(void) { flatmalloc_stats_print(); }

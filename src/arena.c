@@ -155,7 +155,7 @@ static uintptr_t handle_of(const struct arena *a) {
 
 /* Run i is a run of arena a's (the record of its first chunk says so). */
 static bool owns(const struct arena *a, uint32_t i) {
-  return i < fm_pool.heap_size >> FM_CHUNK_SHIFT && span_rec(i)->kind == RUN_ARENA && span_rec(i)->shard == rec_of(a) + 1;
+  return i < __atomic_load_n(&fm_pool.chunks_open, __ATOMIC_ACQUIRE) && span_rec(i)->kind == RUN_ARENA && span_rec(i)->shard == rec_of(a) + 1;
 }
 static void own(const struct arena *a, uint32_t i) { span_rec(i)->shard = rec_of(a) + 1; }
 

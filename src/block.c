@@ -2,39 +2,63 @@
  * blocks above. The floor the API and checking mode stand on. */
 #include <errno.h>
 
+#include "fmt.h"
 #include "internal.h"
 
 /* A block of at least size bytes: from its class, a larger class it borrows from when the pool
  * has no span for it, or a large block. NULL with errno ENOMEM. */
+__thread bool block_inside __attribute__((tls_model("initial-exec")));
+
+void block_reentered(const char *call) {
+  block_inside = false;   /* a handler of the abort's signal may call in again */
+  char what[96];
+  struct fmt f = {what, sizeof what, 0};
+  fmt_str(&f, call);
+  fmt_str(&f, " called while its thread is inside flatmalloc (from a signal handler?)");
+  fmt_end(&f);
+  fault_say(what);
+}
+
 void *block_alloc(size_t size) {
-  if (size <= fm_pool.small_max) return tcache_alloc(class_of(size), true, NULL);
-  void *p = large_alloc(size, 0);
-  if (!p) errno = ENOMEM;
+  block_enter("malloc");
+  void *p = size <= fm_pool.small_max ? tcache_alloc(class_of(size), true, NULL) : large_alloc(size, 0);
+  block_leave();
+  if (!p && size > fm_pool.small_max) errno = ENOMEM;
   return p;
 }
 
 /* Memory aligned to align (a power of two above 16). A class whose size is a multiple of align
  * hands out aligned blocks (spans start on chunk boundaries); the rest is large. */
 void *block_alloc_aligned(size_t align, size_t size) {
+  void *p = NULL;
+  block_enter("malloc");
   if (size <= fm_pool.small_max && align <= FM_CHUNK)
-    for (unsigned c = class_of(size); c < fm_pool.nclass; c++)
-      if (fm_pool.cls[c].size % align == 0) {
-        void *p = tcache_alloc(c, false, NULL);
-        if (p) return p;
-      }
-  void *p = large_alloc(size, align);
+    for (unsigned c = class_of(size); c < fm_pool.nclass && !p; c++)
+      if (fm_pool.cls[c].size % align == 0) p = tcache_alloc(c, false, NULL);
+  if (!p) p = large_alloc(size, align);
+  block_leave();
   if (!p) errno = ENOMEM;
   return p;
 }
 
+static void release(void *p);
+
 void block_free(void *p) {
+  block_enter("free");
+  release(p);
+  block_leave();
+}
+
+/* A chunk the pool has not opened holds no block: its records are not read. */
+static void release(void *p) {
   fm_st *st;
-  int c = class_find(p, &st);
+  bool open = pool_opened(p);
+  int c = open ? class_find(p, &st) : -1;
   if (c >= 0 && st_live(st_load(st))) {   /* the common case; class_verify names any fault */
     tcache_free(p, (unsigned)c, st);
     return;
   }
-  c = class_at(p);
+  c = open ? class_at(p) : -1;
   if (c >= 0) {
     tcache_free(p, (unsigned)c, class_verify(p, (unsigned)c, CALL_FREE));
   } else if ((uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
@@ -48,13 +72,15 @@ void block_free(void *p) {
 /* The usable size of live block p, which the program handed to call; any other pointer stops
  * the program, as free would. */
 size_t block_usable(const void *p, enum fault_call call) {
-  int c = class_at(p);
+  int c = pool_opened(p) ? class_at(p) : -1;
   if (c >= 0) {
     class_verify(p, (unsigned)c, call);
     return fm_pool.cls[c].size;
   }
   if ((uintptr_t)p - fm_pool.heap_base < fm_pool.heap_size) {
+    block_enter(call == CALL_REALLOC ? "realloc" : "malloc_usable_size");   /* large_fault may take the heap's lock */
     large_verify(p, call);
+    block_leave();
     return large_usable(p);
   }
   if (boot_owns(p)) return boot_usable(p);
@@ -110,6 +136,7 @@ void *block_alloc_direct(size_t size) {
 
 bool block_free_direct(void *p) {
   fm_st *st;
+  if (!pool_opened(p)) return false;
   int c = class_find(p, &st);
   if (c >= 0) {
     if (!st_live(st_load(st))) return false;

@@ -31,6 +31,20 @@ void fault_stop(const char *what, const void *p, int cls) {
   if (n > sizeof buf - 2) n = sizeof buf - 2;
   buf[n++] = '\n';
   os_write(2, buf, n);
+  block_inside = false;   /* a handler of SIGABRT that allocates is served, not taken for a re-entry */
+  abort();
+}
+
+void fault_say(const char *what) {
+  char buf[160];
+  struct fmt f = {buf, sizeof buf - 1, 0};
+  fmt_str(&f, "flatmalloc: ");
+  fmt_str(&f, what);
+  size_t n = fmt_end(&f);
+  if (n > sizeof buf - 2) n = sizeof buf - 2;
+  buf[n++] = '\n';
+  os_write(2, buf, n);
+  block_inside = false;
   abort();
 }
 

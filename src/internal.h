@@ -6,6 +6,11 @@
 #include "types.h"
 
 static inline bool pool_ready(void) { return atomic_load_explicit(&fm_pool.state, memory_order_acquire) == 2; }
+/* p lies in a chunk whose records may be read (the pool opens them as the heap grows: a chunk
+ * above is in no block and its records' page may still be inaccessible). */
+static inline bool pool_opened(const void *p) {
+  return ((uintptr_t)p - fm_pool.heap_base) >> FM_CHUNK_SHIFT < __atomic_load_n(&fm_pool.chunks_open, __ATOMIC_ACQUIRE);
+}
 
 /* The classes' and the heap's locks. Under memcheck check.c runs the allocator natively inside
  * Valgrind, where pthread's functions cannot run (they read the thread pointer, which is
@@ -69,6 +74,8 @@ static inline bool fm_lock_held(const pthread_mutex_t *m) { return __atomic_load
 /* fault.c: one line and abort(); cls names the class, -1 none, FAULT_CLS_ARENA an arena's run */
 #define FAULT_CLS_ARENA (-2)
 hidden cold __attribute__((noreturn)) void fault_stop(const char *what, const void *p, int cls);
+/* One line with no pointer ("flatmalloc: " what), and abort(). */
+hidden cold __attribute__((noreturn)) void fault_say(const char *what);
 /* A bad pointer handed to a call: the line names the call and what the pointer is ("double
  * free", "realloc of a freed block", "malloc_usable_size of an interior pointer", ...). */
 enum fault_call { CALL_FREE, CALL_REALLOC, CALL_USABLE };
@@ -108,6 +115,10 @@ hidden enum fault_kind large_fault(const void *p);   /* p in the heap, outside s
 hidden void large_free(void *p);
 hidden size_t large_usable(const void *p);
 hidden bool large_resize(void *p, size_t size);
+enum large_shade { SHADE_NONE, SHADE_HIDDEN, SHADE_GUARD };
+hidden bool large_shade(void *p, uint32_t from, uint32_t n, enum large_shade s);   /* checking mode: chunks of large block p inaccessible, or back */
+hidden enum large_shade large_shade_at(const void *p);
+hidden uint32_t large_chunks(const void *p);   /* chunks of large block p */
 
 /* class.c: size classes, their spans, batches */
 hidden void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chunks);
@@ -136,6 +147,8 @@ hidden uint64_t tcache_cached(unsigned c);
 hidden int tcache_check(void);
 hidden void tcache_after_fork(void);
 hidden void tcache_collect(void);
+hidden void tcache_join(void);   /* the calling thread's cache, as its first free() attaches it */
+hidden void tcache_send(void);   /* the calling thread's outbox goes to its owners now */
 hidden void tcache_trim(void);   /* malloc_trim: the calling thread's cached blocks given back */
 /* threads: threads holding a cache; tagged: threads holding a tag; bytes: the heap runs the
  * caches take */
@@ -157,6 +170,17 @@ static always_inline void *fm_pop(struct fm_tcache *tc, unsigned c1, bool *zero)
 static always_inline bool fm_bin_empty(const struct fm_tcache *tc, unsigned c1) { return tc->top[c1] == tc->base[c1]; }
 
 /* block.c: a block of any size, and its release, for the API and checking mode */
+/* The thread is inside a call that may hold the heap's or a class's lock (block_enter to
+ * block_leave): a call that comes in meanwhile (a signal handler's) stops with one line
+ * naming the re-entry, rather than wait for a lock its own thread holds. The fast paths do
+ * not look: they take no lock. */
+hidden extern __thread bool block_inside __attribute__((tls_model("initial-exec")));
+hidden cold __attribute__((noreturn)) void block_reentered(const char *call);
+static always_inline void block_enter(const char *call) {
+  if (unlikely(block_inside)) block_reentered(call);
+  block_inside = true;
+}
+static always_inline void block_leave(void) { block_inside = false; }
 hidden void *block_alloc(size_t size);
 hidden void *block_alloc_aligned(size_t align, size_t size);
 hidden void block_free(void *p);          /* validated: stops on a bad pointer */
@@ -182,6 +206,8 @@ hidden void profile_free(size_t size);
 hidden void *check_malloc(size_t size);
 hidden void *check_memalign(size_t size, size_t align);
 hidden void check_free(void *p);
+hidden void check_free_sized(void *p, size_t size, const char *call);
+hidden void check_quarantine_empty(void);   /* malloc_trim: checking mode's held-back blocks go back */   /* free_sized, free_aligned_sized */
 hidden void *check_realloc(void *p, size_t size);
 hidden size_t check_usable(void *p);
 hidden void check_pool_start(void);
@@ -201,5 +227,6 @@ hidden bool pool_init(void);          /* false: use the bootstrap buffer for now
 hidden void pool_route(void);         /* after a change of opt.perturb (mallopt) */
 hidden noinline void *fm_malloc_slow(size_t size);
 hidden noinline void fm_free_slow(void *p);
+hidden noinline void fm_free_sized_slow(void *p, size_t size, unsigned call);   /* call: fast.h's FM_FREE_SIZED or FM_FREE_ALIGNED_SIZED */
 hidden noinline void fm_free_block(void *p, fm_st *st, unsigned c1);
 #endif

@@ -8,6 +8,9 @@
 #include "os.h"
 
 #define LARGE_HEAD (~0xffull)   /* page map of a large block's first chunk: class byte 0 */
+/* Checking mode's inaccessible chunks (class byte 0, so no block of a class either): */
+#define LARGE_HIDDEN (~0x1ffull)   /* a freed large block's, waiting in the quarantine */
+#define LARGE_GUARD (~0x2ffull)    /* a live block's guard (malloc(0)'s bytes) */
 
 static uint32_t chunk_of(const void *p) { return (uint32_t)(((uintptr_t)p - fm_pool.heap_base) >> FM_CHUNK_SHIFT); }
 static void *chunk_ptr(uint32_t i) { return (void *)(fm_pool.heap_base + ((uintptr_t)i << FM_CHUNK_SHIFT)); }
@@ -53,7 +56,7 @@ void *large_calloc(size_t size) {
 
 bool large_owns(const void *p) {
   uintptr_t off = (uintptr_t)p - fm_pool.heap_base;
-  return off < fm_pool.heap_size && !(off & (FM_CHUNK - 1)) && fm_pool.chunk[off >> FM_CHUNK_SHIFT].line.e == LARGE_HEAD;
+  return pool_opened(p) && !(off & (FM_CHUNK - 1)) && fm_pool.chunk[off >> FM_CHUNK_SHIFT].line.e == LARGE_HEAD;
 }
 
 /* Always-on check of a pointer in the heap but not in a span, handed to call: returns when p
@@ -71,6 +74,7 @@ void large_verify(const void *p, enum fault_call call) {
 /* What p, in the heap but neither in a span nor a large block's start, is (see above; a
  * pointer into an arena's run is an arena allocation). */
 enum fault_kind large_fault(const void *p) {
+  if (!pool_opened(p)) return FAULT_FOREIGN;   /* above every run the heap handed out */
   int kind = span_kind_at(chunk_of(p));
   return kind == RUN_FREE ? FAULT_FREED : kind == RUN_LARGE ? FAULT_INTERIOR : kind == RUN_ARENA ? FAULT_ARENA : FAULT_FOREIGN;
 }
@@ -88,3 +92,29 @@ bool large_resize(void *p, size_t size) {
   uint32_t len;
   return chunks_for(size, &len) && span_resize(chunk_of(p), len);
 }
+
+/* ---- checking mode's inaccessible chunks ------------------------------------------------- */
+/* Chunks [from, from + n) of large block p made inaccessible (SHADE_HIDDEN, SHADE_GUARD) or
+ * accessible again (SHADE_NONE), each chunk's line saying which; false, nothing changed, when
+ * the kernel refuses. A shaded chunk's line names no class and no block start, so no lookup
+ * reads the memory. */
+bool large_shade(void *p, uint32_t from, uint32_t n, enum large_shade s) {
+  uint32_t i = chunk_of(p) + from;
+  void *at = chunk_ptr(i);
+  if (s == SHADE_NONE) {
+    if (!os_protect(at, (size_t)n << FM_CHUNK_SHIFT, true)) return false;
+    for (uint32_t j = 0; j < n; j++) __atomic_store_n(&fm_pool.chunk[i + j].line.e, from + j ? FM_NO_CLASS : LARGE_HEAD, __ATOMIC_RELEASE);
+    return true;
+  }
+  if (!os_protect(at, (size_t)n << FM_CHUNK_SHIFT, false)) return false;
+  for (uint32_t j = 0; j < n; j++) __atomic_store_n(&fm_pool.chunk[i + j].line.e, s == SHADE_HIDDEN ? LARGE_HIDDEN : LARGE_GUARD, __ATOMIC_RELEASE);
+  return true;
+}
+
+enum large_shade large_shade_at(const void *p) {
+  if (!pool_opened(p)) return SHADE_NONE;
+  uint64_t e = __atomic_load_n(&fm_pool.chunk[chunk_of(p)].line.e, __ATOMIC_ACQUIRE);
+  return e == LARGE_HIDDEN ? SHADE_HIDDEN : e == LARGE_GUARD ? SHADE_GUARD : SHADE_NONE;
+}
+
+uint32_t large_chunks(const void *p) { return span_rec(chunk_of(p))->len; }

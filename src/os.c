@@ -300,3 +300,29 @@ int os_dup_high(int fd) {
   errno = saved;
   return d < 0 ? fd : d;
 }
+
+bool os_protect(void *p, size_t size, bool access) {
+  int saved = errno;
+  bool ok = mprotect(p, size, access ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
+  errno = saved;
+  return ok;
+}
+
+static void (*segv_fn)(void *addr);
+static struct sigaction segv_before;
+
+static void segv_caught(int sig, siginfo_t *info, void *context) {
+  (void)sig, (void)context;
+  segv_fn(info->si_addr);
+  sigaction(SIGSEGV, &segv_before, NULL);   /* the access runs again under the disposition before */
+}
+
+void os_on_segv(void (*fn)(void *addr)) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = segv_caught;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  segv_fn = fn;
+  sigaction(SIGSEGV, &sa, &segv_before);
+}

@@ -80,4 +80,10 @@ hidden void os_on_signal(int sig, void (*fn)(int));
 hidden bool os_cwd(char *buf, size_t size);
 /* A close-on-exec copy of fd, numbered high out of the program's way; fd itself on failure. */
 hidden int os_dup_high(int fd);
+/* Makes [p, p + size) (whole pages) inaccessible (access false) or readable and writable
+ * again; false, nothing changed, when the kernel refuses (its count of mappings). Keeps errno. */
+hidden bool os_protect(void *p, size_t size, bool access);
+/* Runs fn(address) on a SIGSEGV; when fn returns, the disposition before is put back and the
+ * faulting access runs again under it. fn must be async-signal-safe. */
+hidden void os_on_segv(void (*fn)(void *addr));
 #endif

@@ -37,6 +37,28 @@ static void start(void) {
   }
 }
 
+/* The chunks free()'s fast path may look up: those whose records the pool has opened (a
+ * chunk above holds no block, and its line may be inaccessible; none at start-up), the bound
+ * rising as the pool opens more (pool_reopen). */
+static size_t chunks_known(void) {
+  size_t open = __atomic_load_n(&fm_pool.chunks_open, __ATOMIC_ACQUIRE), all = fm_pool.heap_size >> FM_CHUNK_SHIFT;
+  return open < all ? open : all;
+}
+
+/* A free past the fast path's bound: the bound rises to the chunks opened since, unless the
+ * fast path is off for frees (checking mode, the perturb byte: 0). A mallopt that sets the
+ * byte meanwhile stores 0 after setting it (pool_route): an exchange that came after that
+ * store sees the byte and routes again. */
+static void pool_reopen(void *p) {
+  size_t seen = __atomic_load_n(&fm_pool.heap_chunks, __ATOMIC_RELAXED);
+  size_t ch = ((uintptr_t)p - fm_pool.heap_base) >> FM_CHUNK_SHIFT;
+  if (likely(ch < seen) || fm_pool.checked || !pool_ready() || ch >= chunks_known()) return;
+  if (__atomic_load_n(&fm_pool.opt.perturb, __ATOMIC_SEQ_CST)) return;
+  if (__atomic_compare_exchange_n(&fm_pool.heap_chunks, &seen, chunks_known(), false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED) &&
+      __atomic_load_n(&fm_pool.opt.perturb, __ATOMIC_SEQ_CST))
+    pool_route();
+}
+
 /* Where the fast paths send calls: glibc's perturb byte (mallopt(M_PERTURB) may set it at any
  * time) and the heap profiler, which counts every malloc's bytes, take every malloc to the slow
  * path (small_lim 0); perturb takes every free there too (heap_chunks 0). */
@@ -44,7 +66,7 @@ void pool_route(void) {
   struct fm_pool *P = &fm_pool;
   if (P->checked) return;   /* every call is there already */
   bool perturb = __atomic_load_n(&P->opt.perturb, __ATOMIC_RELAXED) != 0;
-  __atomic_store_n(&P->heap_chunks, perturb ? 0 : P->heap_size >> FM_CHUNK_SHIFT, __ATOMIC_RELAXED);
+  __atomic_store_n(&P->heap_chunks, perturb ? 0 : chunks_known(), __ATOMIC_RELAXED);
   __atomic_store_n(&P->small_lim, heap_on || perturb ? 0 : P->small_max + 1, __ATOMIC_RELAXED);
 }
 
@@ -112,7 +134,11 @@ void *fm_malloc_slow(size_t size) {
 }
 
 static always_inline void free_block_in(void *p, fm_st *st, unsigned c1) {
-  if (likely(st_live(st_load(st)))) return tcache_free(p, c1 - 1u, st);
+  if (likely(st_live(st_load(st)))) {
+    block_enter("free");
+    tcache_free(p, c1 - 1u, st);
+    return block_leave();
+  }
   block_free(p);   /* names the fault */
 }
 
@@ -142,10 +168,12 @@ static void free_perturbed(void *p) {
   if (!p || !n || boot_owns(p)) return free_on(p);
   if (likely(!fm_pool.checked && !heap_on)) {
     fm_st *st;
-    int c = class_find(p, &st);
+    int c = pool_opened(p) ? class_find(p, &st) : -1;
     if (likely(c >= 0 && st_live(st_load(st)))) {
       memset(p, n & 0xff, fm_pool.cls[c].size);
-      return tcache_free(p, (unsigned)c, st);
+      block_enter("free");
+      tcache_free(p, (unsigned)c, st);
+      return block_leave();
     }
   }
   size_t size = 0;
@@ -156,8 +184,16 @@ static void free_perturbed(void *p) {
   free_on(p);
 }
 
+/* A sized release the fast path did not take: checking mode checks the size, the rest is
+ * free's. */
+void fm_free_sized_slow(void *p, size_t size, unsigned call) {
+  if (fm_pool.checked && !perturb_byte()) return check_free_sized(p, size, call == 2 ? "free_aligned_sized" : "free_sized");
+  fm_free_slow(p);
+}
+
 void fm_free_slow(void *p) {
   if (unlikely(perturb_byte())) return free_perturbed(p);
+  pool_reopen(p);
   free_on(p);
 }
 

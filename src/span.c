@@ -385,6 +385,7 @@ static bool commit_to(uint32_t to) {
                  (size_t)(want - H.committed) << FM_CHUNK_SHIFT))
     return false;
   H.committed = want;
+  __atomic_store_n(&fm_pool.chunks_open, want, __ATOMIC_RELEASE);
   return true;
 }
 
@@ -482,6 +483,7 @@ void span_setup(uint64_t *pages, uint32_t nchunks, uint64_t retain_bytes) {
   span_set_retain(fm_pool.opt.prefault ? UINT64_MAX : retain_bytes);   /* a prefaulted pool keeps its pages */
   H.delay = fm_pool.opt.retain_delay;
   H.committed = fm_pool.lazy_commit ? 0 : nchunks;   /* the first span commits the first tables */
+  __atomic_store_n(&fm_pool.chunks_open, H.committed, __ATOMIC_RELEASE);
   for (unsigned c = 0; c < fm_pool.nclass; c++) H.reserve[c] = fm_pool.cls[c].reserve;
   H.reserve[FM_CLASS_MAX] = (uint64_t)nchunks * fm_pool.opt.large_bp / 10000;
   for (unsigned o = 0; o <= FM_CLASS_MAX; o++) H.outstanding += H.reserve[o];

@@ -539,6 +539,11 @@ static struct fm_tcache *tcache_mine(void) {
   return likely(tc != &fm_tc_empty) ? tc : tcache_attach();
 }
 
+/* The calling thread's cache, attached now as a first free() attaches it: checking mode's free
+ * reaches the cache only when the quarantine lets the block go, later and maybe on another
+ * thread, and whether a thread holds a cache and a tag must not hang on that. */
+void tcache_join(void) { (void)tcache_mine(); }
+
 void tcache_stats(struct tcache_stats *s) {
   fm_lock(&caches_lock);
   s->threads = atomic_load_explicit(&fm_pool.caches_live, memory_order_relaxed);
@@ -696,6 +701,13 @@ void tcache_free(void *p, unsigned c, fm_st *st) {
 void tcache_free_direct(void *p, unsigned c, fm_st *st) {
   st_store(st, ST_CACHED);   /* one native call at a time, no program thread running */
   put(tc_native, p, c, st);
+}
+
+/* Sends the calling thread's outbox (checking mode, after the quarantine let blocks go: another
+ * thread's block there would otherwise wait for this thread's next refill to reach its owner). */
+void tcache_send(void) {
+  struct fm_tcache *tc = fm_tc;
+  if (tc != &fm_tc_empty) outbox_flush(tc);
 }
 
 /* Sends the calling thread's outbox and takes its inbox and remote stack home (for the statistics and

@@ -12,17 +12,19 @@
  * heap and its per-chunk tables up to the highest chunk taken, in steps of 1 MiB (span.c's
  * commit_to; whole huge pages where the heap lies on them, HUGE PAGES below), a tag's inbox
  * when a thread first takes the tag, the fixed tables at start-up; so mlockall locks what the
- * heap uses, not the pool. Prefaulted, it is opened and populated whole at start-up; under a
- * Valgrind tool it is the tool's mapping. The meta area holds the blocks' states (BLOCK STATE
- * below) and, per chunk, a line (struct fm_line: the span and class it belongs to), a run
- * record and a bit "may hold pages"; plus the size -> class table, the owner tags, the classes'
- * shards and their transfer caches. No allocator metadata lives in free memory: a stray write
- * into a freed block can corrupt nothing but that block. No cache line of meta that malloc()
- * and free() write holds records of two spans, nor does a sector (FM_SECTOR: the two cache
- * lines a CPU fetches together) of chunk records (a chunk's line and its run record are a
- * sector, a chunk's states in a shadow a whole number of cache lines; shards and tags a sector
- * each): spans belong to one shard, and threads that share no shard write no common line,
- * whichever chunks their spans have side by side.
+ * heap uses, not the pool. fm_pool.chunks_open counts the chunks whose records are open: a
+ * pointer into a chunk above is in no block, and no lookup reads its records (free()'s fast
+ * path is bounded by it, the slow paths test it). Prefaulted, it is opened and populated whole
+ * at start-up; under a Valgrind tool it is the tool's mapping. The meta area holds the blocks'
+ * states (BLOCK STATE below) and, per chunk, a line (struct fm_line: the span and class it
+ * belongs to), a run record and a bit "may hold pages"; plus the size -> class table, the owner
+ * tags, the classes' shards and their transfer caches. No allocator metadata lives in free
+ * memory: a stray write into a freed block can corrupt nothing but that block. No cache line of
+ * meta that malloc() and free() write holds records of two spans, nor does a sector (FM_SECTOR:
+ * the two cache lines a CPU fetches together) of chunk records (a chunk's line and its run
+ * record are a sector, a chunk's states in a shadow a whole number of cache lines; shards and
+ * tags a sector each): spans belong to one shard, and threads that share no shard write no
+ * common line, whichever chunks their spans have side by side.
  *
  * HUGE PAGES (pool.c, span.c). Where the kernel offers transparent huge pages, the heap from
  * the first huge page past FM_HUGE_FROM (8 MiB) is advised onto them (the tables and the first
@@ -422,7 +424,7 @@ struct fm_options {
 /* Everything the fast paths read sits in the first cache line. */
 struct fm_pool {
   uintptr_t heap_base;
-  size_t heap_chunks;        /* chunks in the heap; 0 sends every free to the slow path */
+  size_t heap_chunks;        /* chunks free() looks up (at most chunks_open); 0 sends every free to the slow path */
   size_t small_lim;          /* sizes below this take the fast path; 0 before start-up */
   const uint8_t *cls_of;     /* (size + 15) / 16 -> class + 1 */
   struct fm_chunk *chunk;    /* per chunk: its line (span, class, where its blocks' states are) and run record */
@@ -441,6 +443,7 @@ struct fm_pool {
   bool native;               /* check.c's native call under memcheck is running (fm_lock) */
   bool count_lockers;        /* check.c's native calls are on: fm_lock counts in lockers */
   _Atomic uint32_t lockers;  /* program threads holding or waiting for a class's or the heap's lock */
+  uint32_t chunks_open;      /* chunks whose records (line, run record) are accessible: only grows (span.c, __atomic) */
   _Atomic int state;         /* pool.c: none, starting, ready */
   unsigned nshards;          /* shards per class: a power of two */
   unsigned cpus;             /* CPUs the process may run on (sched_getaffinity) */

@@ -96,11 +96,6 @@ static void *native_block(size_t size, size_t align, enum check_kind kind, bool 
  * yet described. */
 static void *block_new(size_t size, size_t align, enum check_kind kind, bool zero) {
   if (align < FM_ALIGN) align = FM_ALIGN;
-  size_t total;
-  if (__builtin_add_overflow(size, check_block_lead(align) + CANARY_MIN, &total)) {
-    errno = ENOMEM;
-    return NULL;
-  }
   if (pool_gone) {
     uint8_t *p = boot_alloc(size, align);
     return p && zero ? memset(p, 0, size) : p;
@@ -108,17 +103,16 @@ static void *block_new(size_t size, size_t align, enum check_kind kind, bool zer
   if (native) return native_block(size, align, kind, zero);
   lock();
   VALGRIND_DISABLE_ERROR_REPORTING;
-  uint8_t *b = block_alloc(total);
-  uint8_t *user = NULL;
-  if (b) {
-    user = check_head(b, size, align, kind);
+  uint8_t *b, *user = check_alloc(size, align, kind, false, &b);
+  if (user) {
     if (zero) memset(user, 0, size);
     /* Under memcheck a block's bytes are all no-access whenever it is handed out (the pool
      * starts so and a release leaves it so); only pages the strict-overcommit mode makes
      * accessible later need telling. */
     if (fm_pool.opt.check || fm_pool.lazy_commit) {
-      uint8_t *end = check_block_end(b, class_at(b));
-      check_canary_fill(user, size, end);
+      int cls = class_at(b);
+      uint8_t *end = check_block_end(b, cls);
+      check_canary_fill(user, size, check_room_end(b, cls, user));
       VALGRIND_MAKE_MEM_NOACCESS(b, (size_t)(user - b));
       VALGRIND_MAKE_MEM_NOACCESS(user + size, (size_t)(end - user - size));
     }
@@ -134,19 +128,36 @@ void *vg_new_block(size_t size, size_t align, enum check_kind kind) {
   return block_new(size, align, kind, false);
 }
 
-/* ---- quarantine (memcheck) --------------------------------------------------------------- */
+/* ---- quarantine (memcheck, checking mode) ----------------------------------------------- */
 /* Freed blocks wait in a FIFO until --freelist-vol bytes (by requested size, as memcheck
  * counts) were freed after them, so memcheck still knows them as freed blocks when the program
  * touches them. The FIFO is a list of nodes, each a block of the pool (never described to a
  * tool) of HELD_PER_NODE entries: a block leaving it is found by reading the entries in order,
- * not by following links through held blocks, which are long out of the caches by then. */
-#define HELD_NODE_BYTES 8192u
-#define HELD_PER_NODE ((HELD_NODE_BYTES - 16) / 16)
+ * not by following links through held blocks, which are long out of the caches by then.
+ *
+ * Checking mode outside Valgrind (check_guards) holds freed blocks the same way, up to
+ * HELD_CHECK bytes of blocks: a block of a class is filled with FREED_FILL (or glibc's perturb
+ * byte) from the program's pointer to its end, and the fill is checked when it leaves the FIFO,
+ * before it can be handed out again ("write after free"); a large block's chunks are made inaccessible while it waits,
+ * and a read or write there stops at the access (check_segv). Blocks above HELD_CHECK / 2 go
+ * back at once. */
+#define HELD_NODE_BYTES FM_CHUNK
+#define HELD_PER_NODE ((HELD_NODE_BYTES - 16) / 24)
+#define HELD_CHECK ((size_t)8 << 20)
+#define FREED_FILL 0xdf
+/* The fill: glibc's perturb byte when it is set (a freed block reads it, docs/glibc.md). */
+static uint8_t held_fill(void) {
+  int n = __atomic_load_n(&fm_pool.opt.perturb, __ATOMIC_RELAXED) & 0xff;
+  return n ? (uint8_t)n : FREED_FILL;
+}
+#define HELD_FILL_SHIFT 56u   /* an entry's pointer keeps its fill in its top byte */
 struct held_node {
   struct held_node *next;
   uintptr_t unused;
-  uintptr_t e[HELD_PER_NODE][2];   /* the block, its requested size */
+  uintptr_t e[HELD_PER_NODE][3];   /* the block, its count (requested size; checking mode: its
+                                      bytes), the program's pointer | the fill << HELD_FILL_SHIFT */
 };
+_Static_assert(sizeof(struct held_node) <= HELD_NODE_BYTES, "a node fits its chunk");
 static struct {
   struct held_node *first, *last;   /* entries out.. of first are the oldest, ..in of last the newest */
   unsigned out, in;
@@ -173,8 +184,46 @@ static void give_back(uint8_t *b) {
   else (void)block_free_direct(b);   /* native code cannot report a damaged block: it stays out */
 }
 
+/* Checking mode: a freed block made ready to wait (filled, or its chunks hidden); malloc(0)'s
+ * guard comes off first, so a block never goes back with one. */
+static void held_enter(uint8_t *b, int cls, uint8_t *user, size_t size, bool wait, uint8_t fill) {
+  if (cls >= 0) {
+    if (wait) memset(user, fill, (size_t)(check_room_end(b, cls, user) - user));
+    return;
+  }
+  uint32_t n = large_chunks(b);
+  if (!size && large_shade_at(user) == SHADE_GUARD) (void)large_shade(b, 1, 1, SHADE_NONE);
+  if (wait && !__atomic_load_n(&fm_pool.opt.perturb, __ATOMIC_RELAXED)) (void)large_shade(b, 0, n, SHADE_HIDDEN);   /* perturbed: it reads the byte */
+}
+
+/* Checking mode: a block leaving the FIFO, its fill checked, its chunks accessible again;
+ * false when it must stay out (the kernel would not open its chunks again). */
+static bool held_leave(uint8_t *b, uint8_t *user, uint8_t with) {
+  int cls = class_at(b);
+  if (cls >= 0) {
+    const uint64_t fill = 0x0101010101010101ull * with, *end = (const uint64_t *)check_room_end(b, cls, user);
+    uint64_t diff = 0;
+    for (const uint64_t *q = (const uint64_t *)user; q < end; q++) diff |= *q ^ fill;   /* both ends 16-aligned */
+    if (diff) fault_stop("write after free", user, cls);
+    return true;
+  }
+  return large_shade_at(b) != SHADE_HIDDEN || large_shade(b, 0, large_chunks(b), SHADE_NONE);
+}
+
+/* A node for the FIFO. In checking mode outside Valgrind it is a chunk of the large area, not
+ * a block of the freeing thread's cache: a free must not refill that cache, since a refill
+ * takes a tag another thread gave back, and a thread that only frees would hold it. */
 static struct held_node *node_new(void) {
-  struct held_node *n = fm_pool.native ? block_alloc_direct(sizeof *n) : block_alloc(sizeof *n);
+  struct held_node *n;
+  if (fm_pool.native) {
+    n = block_alloc_direct(sizeof *n);
+  } else if (check_guards()) {
+    block_enter("free");   /* the heap's lock */
+    n = large_alloc(sizeof *n, 0);
+    block_leave();
+  } else {
+    n = block_alloc(sizeof *n);
+  }
   if (!n) return NULL;
   n->next = NULL;
   held_add(block_bytes((uint8_t *)n, class_at(n)));
@@ -186,35 +235,127 @@ static void node_free(struct held_node *n) {
   give_back((uint8_t *)n);
 }
 
-/* Called with lock() held and memcheck looking away, or natively. */
-static void hold(uint8_t *b, int cls, size_t size) {
-  if (!held.on) return give_back(b);
+/* Checking mode outside Valgrind takes no lock() (serial is off): the FIFO has a lock of its
+ * own there, which a fork child sets up again (dropping what the FIFO held: its blocks stay
+ * out) and a signal handler's free on a thread that holds it does not wait for. */
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread bool held_mine __attribute__((tls_model("initial-exec")));
+static void held_take(void) {
+  if (held_mine) block_reentered("free");
+  pthread_mutex_lock(&held_lock);
+  held_mine = true;
+}
+static void held_give(void) {
+  held_mine = false;
+  pthread_mutex_unlock(&held_lock);
+}
+static void held_after_fork(void) {
+  pthread_mutex_init(&held_lock, NULL);
+  held_mine = false;
+  held.first = held.last = NULL;
+  held.out = held.in = 0;
+  held.volume = 0;
+  atomic_store_explicit(&held.bytes, 0, memory_order_relaxed);
+}
+
+/* Blocks taken off the FIFO, to be checked and given back. */
+#define HELD_BATCH 32u
+struct held_out {
+  uint8_t *b, *user;
+  uint8_t fill;
+};
+
+/* Notes block b in the FIFO; false when there is no room to note it. */
+static bool hold_in(uint8_t *b, size_t counted, size_t bytes, uint8_t *user, uint8_t fill) {
   if (!held.last || held.in == HELD_PER_NODE) {
     struct held_node *n = node_new();
-    if (!n) return give_back(b);   /* no room to note it: released at once */
+    if (!n) return false;
     if (held.last) held.last->next = n;
     else held.first = n;
     held.last = n;
     held.in = 0;
   }
   held.last->e[held.in][0] = (uintptr_t)b;
-  held.last->e[held.in++][1] = size;
-  held.volume += size;
-  held_add(block_bytes(b, cls));
-  while (held.volume > held.max) {
+  held.last->e[held.in][1] = counted;
+  held.last->e[held.in++][2] = (uintptr_t)user | (uintptr_t)fill << HELD_FILL_SHIFT;
+  held.volume += counted;
+  held_add(bytes);
+  return true;
+}
+
+/* Takes up to HELD_BATCH of the oldest blocks off the FIFO while it holds more than max (by its
+ * count) into o; returns how many. */
+static unsigned held_pop(size_t max, struct held_out *o) {
+  bool guards = check_guards();
+  unsigned k = 0;
+  while (k < HELD_BATCH && held.first && held.volume > max && !(held.first == held.last && held.out == held.in)) {
     struct held_node *n = held.first;
-    uint8_t *o = (uint8_t *)n->e[held.out][0];
+    uintptr_t ue = n->e[held.out][2];
+    uint8_t *b = (uint8_t *)n->e[held.out][0];
+    o[k++] = (struct held_out){b, (uint8_t *)(ue & (((uintptr_t)1 << HELD_FILL_SHIFT) - 1)), (uint8_t)(ue >> HELD_FILL_SHIFT)};
     held.volume -= n->e[held.out++][1];
-    held_add(-block_bytes(o, class_at(o)));
-    give_back(o);
+    held_add(-block_bytes(b, class_at(b)));
     if (n == held.last && held.out == held.in) {
-      held.out = held.in = 0;   /* empty: the node stays */
+      held.out = held.in = 0;   /* empty: the node stays, but for a drain (mallinfo counts it) */
+      if (!max && guards) {
+        held.first = held.last = NULL;
+        node_free(n);
+        break;
+      }
     } else if (held.out == HELD_PER_NODE) {
       held.first = n->next;
       held.out = 0;
       node_free(n);
     }
   }
+  return k;
+}
+
+/* Blocks taken off the FIFO go back; in checking mode each is checked and made accessible
+ * first (a block the kernel would not open again stays out). */
+static void held_release(const struct held_out *o, unsigned n) {
+  bool guards = check_guards();
+  for (unsigned i = 0; i < n; i++)
+    if (!guards || held_leave(o[i].b, o[i].user, o[i].fill)) give_back(o[i].b);
+}
+
+/* Blocks leave the FIFO, oldest first, until it holds at most max. In checking mode outside
+ * Valgrind held_lock is taken for each batch's bookkeeping only: the fill's check, the
+ * mprotect and the release run outside it, so threads freeing at once wait for no system call. */
+static void held_trim(size_t max) {
+  struct held_out o[HELD_BATCH];
+  bool guards = check_guards();
+  unsigned n;
+  do {
+    if (guards) held_take();
+    n = held_pop(max, o);
+    if (guards) held_give();
+    held_release(o, n);
+  } while (n == HELD_BATCH);
+}
+
+/* Called with lock() held and memcheck looking away, or natively. Checking mode outside
+ * Valgrind fills or hides the block before it takes held_lock (the block is this thread's
+ * alone until it is noted), and sends what the releases put in the thread's outbox. */
+static void hold(uint8_t *b, int cls, size_t size, uint8_t *user) {
+  bool guards = check_guards();
+  size_t bytes = block_bytes(b, cls);
+  bool wait = held.on && (!guards || bytes <= HELD_CHECK / 2);
+  uint8_t fill = guards ? held_fill() : 0;
+  if (guards) {
+    tcache_join();
+    held_enter(b, cls, user, size, wait, fill);
+  }
+  if (wait) {
+    if (guards) held_take();
+    bool noted = hold_in(b, guards ? bytes : size, bytes, user, fill);
+    if (guards) held_give();
+    if (noted) held_trim(held.max);
+    else if (!guards || held_leave(b, user, fill)) give_back(b);   /* no room to note it: released at once */
+  } else {
+    give_back(b);
+  }
+  if (guards) tcache_send();
 }
 
 /* ---- deferred releases (memcheck, native) ----------------------------------------------- */
@@ -244,7 +385,7 @@ static void give_taken(struct check_block *f) {
   if (!f->native) {
     f->h->magic = check_magic(f->h, false);
     profile_free(f->size);
-    hold(f->b, f->cls, f->size);
+    hold(f->b, f->cls, f->size, f->user);
     VALGRIND_ENABLE_ERROR_REPORTING;
   }
   unlock();
@@ -372,11 +513,8 @@ static uintptr_t native_new(uintptr_t tid, uintptr_t size, uintptr_t how) {
   if (!native_enter()) return NATIVE_BUSY;
   size_t align = how & ~(uintptr_t)15;
   if (size > LEAN_MAX) return native_leave(0);   /* the total below would overflow */
-  uint8_t *b = block_alloc_direct(size + check_block_lead(align) + CANARY_MIN), *user = NULL;
-  if (b) {
-    user = check_head(b, size, align, (enum check_kind)(how & 3));
-    if (how & NATIVE_ZERO) memset(user, 0, size);
-  }
+  uint8_t *b, *user = check_alloc(size, align, (enum check_kind)(how & 3), true, &b);
+  if (user && how & NATIVE_ZERO) memset(user, 0, size);
   return native_leave((uintptr_t)user);
 }
 
@@ -457,7 +595,7 @@ static uintptr_t native_release(uintptr_t p) {
   enum check_verdict v = check_find((void *)p, &f);
   if (v == V_OK) {
     f.h->magic = check_magic(f.h, false);
-    hold(f.b, f.cls, f.size);
+    hold(f.b, f.cls, f.size, f.user);
   }
   return native_code(v, &f);
 }
@@ -498,7 +636,7 @@ uintptr_t vg_native_resize(uintptr_t tid, uintptr_t p, uintptr_t size) {
   struct check_block f;
   enum check_verdict v = queued(p) ? V_FREED : check_find((void *)p, &f);
   uintptr_t r = native_code(v, &f);
-  if (v == V_OK && shrink_in_place && size <= f.size && size + CANARY_MIN <= (size_t)(check_block_end(f.b, f.cls) - (uint8_t *)p)) {
+  if (v == V_OK && shrink_in_place && size <= f.size && size + CANARY_MIN <= (size_t)(check_room_end(f.b, f.cls, (uint8_t *)p) - (uint8_t *)p)) {
     f.h->size = size;
     f.h->kind = KIND_MALLOC;
     r |= NATIVE_IN_PLACE;
@@ -533,11 +671,20 @@ void vg_flush_unlock(void) {
 /* The queued releases and the stash go back to the allocator (mallinfo, malloc_trim, a failed
  * allocation). */
 void check_release_queued(void) {
+  check_quarantine_empty();
   if (!native) return;
   lock();
   vg_flush_locked();
   if (!pool_gone) native_call(native_unstash, 0, 0);
   unlock();
+}
+
+/* malloc_trim in checking mode outside Valgrind: the quarantine goes back, each block checked
+ * as it leaves (mallinfo counts its blocks as free without it). */
+void check_quarantine_empty(void) {
+  if (!check_guards() || !pool_ready()) return;
+  held_trim(0);
+  tcache_send();
 }
 
 /* The pending headers and the queued releases, before the program's side reads a header
@@ -705,6 +852,27 @@ static void named_free(void *p) {
   vg_give_block();
 }
 
+/* free_sized and free_aligned_sized (call names which) in checking and described modes: as
+ * free, and in checking mode the size must be the one the block was asked with. */
+void check_free_sized(void *p, size_t size, const char *call) {
+  if (!p) return;
+  if (forward && !boot_owns(p)) return tool_heap.free(p);
+  long r = vg_take_block(p, KIND_MALLOC);
+  if (r == TAKE_MISMATCH) return vg_tool_release(KIND_MALLOC)(p);
+  if (r == TAKE_BAD) vg_freed(p, 0);
+  if (r < 0) return;
+  vg_check_size(p, r, size, call);
+  vg_freed(p, (size_t)r);
+  vg_give_block();
+}
+
+/* A block taken for a sized release (vg_take_block's r, its size): checking mode stops when
+ * size is another. */
+void vg_check_size(void *p, long r, size_t size, const char *call) {
+  if (!fm_pool.opt.check || (size_t)r == size || taken.native) return;
+  check_size_fault(p, &taken, size, call);
+}
+
 /* realloc's block in checking mode and under the tools that are not native: thread-local, not
  * on the stack, so that realloc can leave by a tail call (memcheck's stack then reads realloc,
  * then the program). */
@@ -791,7 +959,7 @@ static void *named_realloc(void *p, size_t size) {
   }
   size_t old = f->size;
   VALGRIND_DISABLE_ERROR_REPORTING;
-  uint8_t *end = check_block_end(f->b, f->cls), *user = p;
+  uint8_t *user = p, *end = check_room_end(f->b, f->cls, user);
   VALGRIND_ENABLE_ERROR_REPORTING;
   if (shrink_in_place && size <= old && size + CANARY_MIN <= (size_t)(end - user)) {   /* shrink in place */
     VALGRIND_RESIZEINPLACE_BLOCK(p, old, size, 0);
@@ -915,9 +1083,10 @@ bool check_setup(void) {
   /* The thread checkers do not check the lock's and the short ways' words (see lock()). */
   VALGRIND_HG_DISABLE_CHECKING(&quick, sizeof quick);
   VALGRIND_DRD_IGNORE(&quick, sizeof quick);
-  held.on = vg_running == VG_MEMCHECK;
+  held.on = vg_running == VG_MEMCHECK || (fm_pool.opt.check && vg_running == VG_NONE);
+  if (vg_running == VG_NONE) held.max = HELD_CHECK;
   shrink_in_place = vg_running != VG_MEMCHECK;
-  if (held.on) read_tool_options();
+  if (vg_running == VG_MEMCHECK) read_tool_options();
   return serial;
 }
 
@@ -1045,7 +1214,19 @@ static void check_after_fork(void) {
 /* Under Valgrind the block area starts inaccessible (memcheck: blocks become addressable as
  * they are handed out; its leak search does not wade through untouched gigabytes), and for the
  * thread checkers the pool and its bookkeeping are untracked. */
+/* Checking mode: a SIGSEGV at an inaccessible chunk of the pool is the program's access to a
+ * freed large block or to malloc(0)'s bytes; any other goes on to the disposition before. */
+static void check_segv(void *addr) {
+  enum large_shade s = large_shade_at(addr);
+  if (s == SHADE_HIDDEN) fault_stop("read or write after free", addr, -1);
+  if (s == SHADE_GUARD) fault_stop("read or write of a malloc(0) block", addr, -1);
+}
+
 void check_pool_start(void) {
+  if (check_guards()) {
+    os_on_segv(check_segv);
+    pthread_atfork(NULL, NULL, held_after_fork);
+  }
   if (!fm_pool.valgrind) return;
   uintptr_t end = fm_pool.base + fm_pool.size;
   vg_range(req_noaccess, fm_pool.heap_base, end);

@@ -142,6 +142,9 @@ enum check_kind { KIND_MALLOC, KIND_ALIGNED, KIND_NEW, KIND_NEW_ARRAY };
 
 /* For the C++ operators (preload/cxx.c), which describe their blocks themselves. */
 hidden void *vg_new_block(size_t size, size_t align, enum check_kind kind);   /* undescribed */
+/* A block vg_take_block took (r: its size) for a sized release of size bytes through call:
+ * checking mode stops when size is another. */
+hidden void vg_check_size(void *p, long r, size_t size, const char *call);
 /* What a release needs to know of a block (check.c fills it). */
 struct check_hdr;
 struct check_block {
@@ -149,6 +152,7 @@ struct check_block {
   bool queue;    /* memcheck: vg_give_block queues b, the program's pointer */
   struct check_hdr *h;
   uint8_t *b;
+  uint8_t *user;   /* the program's pointer */
   int cls;
   size_t size;
   enum check_kind kind;

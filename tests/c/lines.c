@@ -47,7 +47,7 @@ static uintptr_t line_of(const void *a, unsigned *n)
 {
     uintptr_t at = (uintptr_t)a, chunks = (uintptr_t)fm_pool.chunk, i;
     *n = 1;
-    if (at - chunks < fm_pool.heap_chunks * sizeof(struct fm_chunk)) {
+    if (at - chunks < (fm_pool.heap_size >> FM_CHUNK_SHIFT) * sizeof(struct fm_chunk)) {
         at &= ~(uintptr_t)(FM_SECTOR - 1);
         *n = FM_SECTOR / 64;
     }
@@ -162,7 +162,7 @@ static void show_line(size_t i)
     uintptr_t chunks = (uintptr_t)fm_pool.chunk;
     {
         uintptr_t at = fm_pool.base + (i << 6);
-        if (at - chunks < fm_pool.heap_chunks * sizeof(struct fm_chunk))
+        if (at - chunks < (fm_pool.heap_size >> FM_CHUNK_SHIFT) * sizeof(struct fm_chunk))
             fprintf(stderr, "  line and run record of chunk %zu (class + 1: %u)\n", (size_t)((at - chunks) / sizeof(struct fm_chunk)),
                     (unsigned)(fm_pool.chunk[(at - chunks) / sizeof(struct fm_chunk)].line.e & 0xff));
         else
@@ -201,7 +201,7 @@ static void round_of(size_t lo, size_t hi, size_t steps, uint64_t seed)
     static struct worker w[2];
     size_t words = (meta_lines + 63) / 64;
     uint64_t *bits[2];
-    uint8_t *owner = calloc(fm_pool.heap_chunks, 1);
+    uint8_t *owner = calloc((fm_pool.heap_size >> FM_CHUNK_SHIFT), 1);
     CHECK(owner, "calloc");
     pthread_barrier_init(&churned, NULL, 3);
     pthread_barrier_init(&checked, NULL, 3);

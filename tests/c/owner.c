@@ -191,29 +191,6 @@ static int race_once(bool owned_by_racer, bool untagged, bool nowait)
     return 0;
 }
 
-/* Runs child(a, b) in a forked process with its stderr captured into msg; returns its wait
- * status. */
-static int in_child(int (*child)(int, int), int a, int b, char *msg, size_t cap)
-{
-    int fds[2];
-    CHECK(pipe(fds) == 0, "pipe");
-    pid_t pid = fork();
-    CHECK(pid >= 0, "fork");
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        _exit(child(a, b));
-    }
-    close(fds[1]);
-    memset(msg, 0, cap);
-    ssize_t n = read(fds[0], msg, cap - 1), m;
-    while (n > 0 && (m = read(fds[0], msg + n, cap - 1 - (size_t)n)) > 0)
-        n += m;
-    close(fds[0]);
-    int st;
-    CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
-    return st;
-}
-
 static int race_child(int owned, int how)
 {
     return race_once(owned, how & 1, how & 2);
@@ -225,7 +202,7 @@ static void case_race(int procs, bool nowait)
         int owned = v & 1, untagged = v >> 1, stopped = 0, clean = 0;
         for (int i = 0; i < procs; i++) {
             char msg[512];
-            int st = in_child(race_child, owned, untagged | nowait << 1, msg, sizeof msg);
+            int st = fmt_in_child(race_child, owned, untagged | nowait << 1, msg, sizeof msg);
             if (WIFSIGNALED(st)) {
                 CHECK(WTERMSIG(st) == SIGABRT, "process %d died of signal %d", i, WTERMSIG(st));
                 CHECK(strstr(msg, "flatmalloc: double free: pointer ") ||
@@ -294,7 +271,7 @@ static void case_overflow(void)
         for (size_t l = 0; l < 4; l++) {
             bool df = l == 3;
             char msg[512];
-            int st = in_child(overflow_case, (int)s, (int)l, msg, sizeof msg);
+            int st = fmt_in_child(overflow_case, (int)s, (int)l, msg, sizeof msg);
             if (df) {
                 /* checking mode finds the canary damaged first: stopped as well */
                 CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT &&

@@ -34,11 +34,13 @@ static struct fm_blk *xfer_of(const struct fm_class *k, const struct fm_shard *h
 static void xfer_set(struct fm_shard *h, uint32_t n) { __atomic_store_n(&h->xfer_n, n, __ATOMIC_RELAXED); }
 
 /* Shard sh of class k, locked; when another thread holds its lock (and may have been preempted
- * holding it), the other shard of the same CPU if that one is free. */
+ * holding it), the first of the others, from sh's sibling on, that is free; only when every
+ * shard's lock is held does it wait, for sh's. */
 static struct fm_shard *shard_lock(struct fm_class *k, unsigned sh) {
   struct fm_shard *h = &k->sh[sh];
   if (fm_trylock(&h->lock)) return h;
-  if (fm_pool.nshards > 1 && fm_trylock(&k->sh[sh ^ 1].lock)) return &k->sh[sh ^ 1];
+  for (unsigned i = 1; i < fm_pool.nshards; i++)
+    if (fm_trylock(&k->sh[sh ^ i].lock)) return &k->sh[sh ^ i];
   fm_count(CNT_WAIT);
   fm_lock(&h->lock);
   return h;

@@ -123,12 +123,16 @@ static void bin_widen(struct fm_tcache *tc, unsigned c) {
   tc->row[c1] = (uint16_t)fm_pool.cls[c].bin_max;
 }
 
-/* The shard a refill or flush uses now: one of the two (by salt) of the CPU the thread runs on
- * (check.c's native calls must not read the thread's storage, where glibc keeps the CPU). While
- * one thread holds a cache there is no one to share a lock with, and a thread that the kernel
- * moves between CPUs would spread its heap over every CPU's shards: it keeps to the first two. */
+/* The shard a refill or flush uses now. While no more threads hold a cache than a class has
+ * shards, the thread's own (by salt, given out in turn): threads then share no span and no
+ * line of states, wherever the kernel moves them (by the CPU they ran on at a refill, two
+ * threads that had swapped CPUs on a busy machine refilled from one shard, and each free then
+ * wrote a line the other wrote too). With more, one of the two (by salt) of the CPU the thread
+ * runs on (check.c's native calls must not read the thread's storage, where glibc keeps the
+ * CPU: they keep to the first two). */
 static unsigned shard_at(unsigned salt) {
-  if (fm_pool.native || atomic_load_explicit(&fm_pool.caches_live, memory_order_relaxed) <= 1) return salt & 1;
+  if (fm_pool.native) return salt & 1;
+  if (atomic_load_explicit(&fm_pool.caches_live, memory_order_relaxed) <= fm_pool.nshards) return salt & (fm_pool.nshards - 1);
   return (os_cpu() * 2 + (salt & 1)) & (fm_pool.nshards - 1);
 }
 

@@ -130,9 +130,12 @@ static inline uintptr_t remote_entry(const void *p, unsigned c) { return (uintpt
 static inline void *remote_block(uintptr_t v) { return (void *)(v & (((uintptr_t)1 << FM_SLOT_CLASS) - 1)); }
 static inline unsigned remote_class(uintptr_t v) { return (unsigned)(v >> FM_SLOT_CLASS) - 1u; }
 hidden void remote_setup(void);
-hidden void remote_send(struct fm_tag *owner, const struct fm_blk *b, uint32_t n, unsigned shard);
+hidden bool remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n, unsigned shard);   /* true: b CACHED, the sender's */
 hidden uint32_t remote_take(struct fm_tag *t, struct fm_blk *b, uint32_t most);   /* t's holder: CACHED into b */
-hidden uint32_t remote_adopt(struct fm_tag *t, unsigned shard);   /* not t's holder: to the classes */
+struct remote_adoption { struct fm_tag *t; uint32_t end; const fm_st *busy; };   /* not t's holder: */
+hidden bool remote_adopt_begin(struct fm_tag *t, struct remote_adoption *a);
+hidden uint32_t remote_adopt_take(struct remote_adoption *a, struct fm_blk *b, uint32_t most);   /* CACHED into b */
+hidden void remote_adopt_end(struct remote_adoption *a);
 hidden bool remote_behind(const struct fm_tag *t);   /* blocks wait on t's remote stack */
 hidden void remote_orphans(struct fm_tag *t, unsigned shard);
 hidden bool remote_hold(struct fm_tag *t, struct fm_tcache *tc);

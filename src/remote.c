@@ -2,11 +2,11 @@
  * on their way home. A sender's outbox arrives in one step in the tag's inbox (on its remote
  * stack when the inbox is full); the holder takes them home at its refills (remote_take); a
  * thread that refills while the tag it last sent to has fallen behind (its holder off its CPU)
- * takes the blocks waiting there itself, after a barrier on every thread (remote_adopt); the
- * blocks of a tag no thread holds go to their classes with whoever sends them (remote_send,
- * remote_orphans). One thread at a time takes a tag's blocks: its holder, an adopter or a
+ * takes the blocks waiting there itself, after a barrier on every thread (remote_adopt_*); the
+ * blocks of a tag no thread holds stay with whoever sends them, and what waited there goes to
+ * their classes (remote_send, remote_orphans). One thread at a time takes a tag's blocks: its holder, an adopter or a
  * drainer, whichever holds the tag's `taking` flag. Above class.c, below tcache.c, which puts
- * what the holder and an adopter take into their caches. */
+ * what the holder, an adopter and the sender of a tag no thread holds take into their caches. */
 #include <linux/membarrier.h>
 #include <sched.h>
 #include <string.h>
@@ -79,7 +79,7 @@ static bool taking_claim(struct fm_tag *t) {
 static void taking_end(struct fm_tag *t) { atomic_store(&t->taking, 0); }
 
 /* Takes up to `most` blocks of tag t's inbox into b, from the head up to slot `end`, stopping
- * before the block whose state is at `busy` (remote_adopt); returns how many. The states of
+ * before the block whose state is at `busy` (an adoption); returns how many. The states of
  * the blocks FM_AHEAD slots on are fetched meanwhile: their lines are most likely in the
  * sender's cache, and each would otherwise be waited for in turn. */
 static uint32_t inbox_take(struct fm_tag *t, struct fm_blk *b, uint32_t most, uint32_t end, const fm_st *busy) {
@@ -139,7 +139,7 @@ static bool waiting(const struct fm_tag *t) {
 }
 
 uint32_t remote_take(struct fm_tag *t, struct fm_blk *b, uint32_t most) {
-  if (!taking_claim(t)) return 0;   /* an adopter is at it: these blocks are on their way */
+  if (!waiting(t) || !taking_claim(t)) return 0;   /* (claimed by an adopter: these blocks are on their way) */
   uint32_t n = take(t, b, most);
   taking_end(t);
   return n;
@@ -189,55 +189,59 @@ void remote_orphans(struct fm_tag *o, unsigned sh) {
  * would), or loads the state after the barrier and sees REMOTE (then it takes the slow path,
  * whose compare-exchange fails: "double free"). A stale published state only holds an adopter
  * back. */
-static bool barrier_ok;   /* membarrier(PRIVATE_EXPEDITED) is registered: adoption is on */
+static bool barrier_ok;   /* membarrier(PRIVATE_EXPEDITED) is registered: adoption is on (relaxed atomics) */
 
 void remote_setup(void) {
   /* not in the real-time profile (a system call on the allocation path), nor under a Valgrind
    * tool (every call is on the slow path and one at a time there anyway) */
   if (fm_pool.realtime || fm_pool.valgrind) return;
-  barrier_ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  __atomic_store_n(&barrier_ok, syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0, __ATOMIC_RELAXED);
 }
 
-/* Gives the blocks that wait for tag t to their classes (through shard sh), not being its
- * holder: when t's holder has fallen behind (at least FM_ADOPT_AT written slots wait), after a
- * barrier (above). Returns how many (0 when t has no holder, another thread takes its blocks,
- * or the barrier fails). */
-uint32_t remote_adopt(struct fm_tag *t, unsigned sh) {
+/* Starts taking the blocks that wait for tag t, not being its holder, into *a: when t's holder
+ * has fallen behind (at least FM_ADOPT_AT written slots wait), after a barrier (above). False
+ * (nothing started) when it has not, t has no holder, another thread takes its blocks, or the
+ * barrier fails. */
+bool remote_adopt_begin(struct fm_tag *t, struct remote_adoption *a) {
   uint32_t mask = fm_pool.inbox_n - 1, at = fm_pool.inbox_n / 2 < FM_ADOPT_AT ? fm_pool.inbox_n / 2 : FM_ADOPT_AT;
   uint32_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
-  if (!barrier_ok || atomic_load_explicit(&t->tail, memory_order_relaxed) - head < at ||
+  if (!__atomic_load_n(&barrier_ok, __ATOMIC_RELAXED) || atomic_load_explicit(&t->tail, memory_order_relaxed) - head < at ||
       !atomic_load_explicit(&inbox(t)[(head + at - 1) & mask].p, memory_order_relaxed) || !taking_claim(t))
-    return 0;
-  uint32_t got = 0;
+    return false;
   struct fm_tcache *h = t->holder;   /* (remote_release clears it while it has `taking`: h stays) */
   head = atomic_load_explicit(&t->head, memory_order_relaxed);
   uint32_t end = head;
   while (end - head < fm_pool.inbox_n && atomic_load_explicit(&inbox(t)[end & mask].p, memory_order_acquire)) end++;
   if (h && end - head >= at) {
     if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0) {
-      const fm_st *busy = __atomic_load_n(&h->busy, __ATOMIC_ACQUIRE);
-      struct fm_blk b[FM_OUTBOX];
-      for (uint32_t n; (n = inbox_take(t, b, FM_OUTBOX, end, busy)); got += n) give_all(b, n, sh);
-    } else {
-      barrier_ok = false;   /* (a fork child the kernel did not register: holders take their own) */
+      *a = (struct remote_adoption){t, end, __atomic_load_n(&h->busy, __ATOMIC_ACQUIRE)};
+      return true;
     }
+    __atomic_store_n(&barrier_ok, false, __ATOMIC_RELAXED);   /* (a fork child the kernel did not register: holders take their own) */
   }
   taking_end(t);
-  return got;
+  return false;
 }
+
+/* Up to `most` of the adopted blocks, CACHED, into b (0: no more). */
+uint32_t remote_adopt_take(struct remote_adoption *a, struct fm_blk *b, uint32_t most) {
+  return inbox_take(a->t, b, most, a->end, a->busy);
+}
+
+void remote_adopt_end(struct remote_adoption *a) { taking_end(a->t); }
 
 /* ---- sending ---------------------------------------------------------------------------- */
 /* Sends n REMOTE blocks b[] (as inbox slots hold them) to owner's inbox, or, when it has no
- * room for them, chains them on its remote stack in one push. A tag no thread holds gets
- * nothing: the blocks go to their classes through shard sh, with whatever waits there. */
-void remote_send(struct fm_tag *owner, const struct fm_blk *b, uint32_t n, unsigned sh) {
+ * room for them, chains them on its remote stack in one push; returns false. A tag no thread
+ * holds gets nothing: the blocks are made CACHED where they are, for the sender to keep, and
+ * what waits there goes to the classes through shard sh; returns true. */
+bool remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n, unsigned sh) {
   if (!atomic_load(&owner->live) && taking_claim(owner)) {
-    if (!atomic_load(&owner->live)) {   /* (tag_take waits for `taking`: no holder comes meanwhile) */
-      struct fm_blk got[FM_OUTBOX];
-      for (uint32_t i = 0; i < n; i++) home(&got[i], remote_block((uintptr_t)b[i].p), (int)remote_class((uintptr_t)b[i].p), b[i].st);
-      give_all(got, n, sh);
+    if (!atomic_load(&owner->live)) {   /* (remote_hold waits for `taking`: no holder comes meanwhile) */
+      for (uint32_t i = 0; i < n; i++) home(&b[i], remote_block((uintptr_t)b[i].p), (int)remote_class((uintptr_t)b[i].p), b[i].st);
       taking_end(owner);
-      return remote_orphans(owner, sh);
+      remote_orphans(owner, sh);
+      return true;
     }
     taking_end(owner);
   }
@@ -273,6 +277,7 @@ void remote_send(struct fm_tag *owner, const struct fm_blk *b, uint32_t n, unsig
   }
   atomic_thread_fence(memory_order_seq_cst);   /* the slots written, then `live` read (remote_orphans) */
   if (!atomic_load(&owner->live)) remote_orphans(owner, sh);
+  return false;
 }
 
 /* ---- holders ---------------------------------------------------------------------------- */

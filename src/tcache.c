@@ -232,6 +232,18 @@ static void home_all(struct fm_tcache *to, const struct fm_blk *b, uint32_t n) {
   }
 }
 
+/* The blocks waiting for tag t, whose holder has fallen behind (remote.c), into tc's caches. */
+static void adopt(struct fm_tcache *tc, struct fm_tag *t) {
+  struct remote_adoption a;
+  if (!remote_adopt_begin(t, &a)) return;
+  struct fm_blk b[FM_OUTBOX];
+  for (uint32_t n; (n = remote_adopt_take(&a, b, FM_OUTBOX));) {
+    home_all(tc, b, n);
+    tc->moved += n;
+  }
+  remote_adopt_end(&a);
+}
+
 /* Takes up to `most` blocks of tc's own tag home (inbox first, then its remote stack). */
 static void remote_collect(struct fm_tcache *tc, uint32_t most) {
   struct fm_blk b[FM_OUTBOX];
@@ -245,16 +257,20 @@ static void remote_collect(struct fm_tcache *tc, uint32_t most) {
 
 static noinline void outbox_flush(struct fm_tcache *tc) {
   if (!tc->out_n) return;
-  tc->moved += tc->out_n;
-  remote_send(tc->out_to, tc->out, tc->out_n, shard_now(tc));
+  uint32_t n = tc->out_n;
+  tc->moved += n;
   tc->out_n = 0;
+  if (remote_send(tc->out_to, tc->out, n, shard_now(tc))) home_all(tc, tc->out, n);   /* a tag no thread holds: ours now */
 }
 
 /* REMOTE block p of owner's goes home: into tc's outbox, which is sent in one step when it is
  * full, holds another owner's blocks, or tc refills, flushes statistics or exits (so a thread
  * holds at most FM_OUTBOX blocks of others). */
 static noinline void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st) {
-  if (tc == &fm_tc_empty) return remote_send(owner, &(struct fm_blk){(void *)remote_entry(p, c), st}, 1, shard_at(0));
+  if (tc == &fm_tc_empty) {
+    if (remote_send(owner, &(struct fm_blk){(void *)remote_entry(p, c), st}, 1, shard_at(0))) class_give(c, shard_at(0), &(struct fm_blk){p, st}, 1);
+    return;
+  }
   if (tc->out_n && tc->out_to != owner) outbox_flush(tc);
   tc->out_to = owner;
   /* field by field: a pair built on the stack and copied whole is read back before its two
@@ -416,8 +432,8 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
   else if (tc->run && tag_free()) tag_take(tc);   /* (a thread's cache: not the empty one, nor check.c's native one) */
   unsigned sh = shard_now(tc);
   /* the tag this thread sent to last, when its holder has fallen behind (off its CPU): its
-   * blocks go to the classes, where this refill finds them */
-  if (tc->out_to && tc->out_to != tc->t) tc->moved += remote_adopt(tc->out_to, sh);
+   * blocks come into this cache */
+  if (tc->out_to && tc->out_to != tc->t) adopt(tc, tc->out_to);
   for (unsigned k = c; k <= last; k++) {
     unsigned k1 = k + 1;
     struct fm_blk got;

@@ -88,13 +88,14 @@
  * on the stack), and a block whose state is no longer REMOTE there was freed twice (two threads
  * at once: the holder's plain store overwrote the exchange) and stops the program before the
  * block is handed out again. A holder off its CPU does not hold its blocks back: a thread that
- * refills while FM_ADOPT_AT blocks wait for the tag it last sent to gives them to their classes
- * (where its refill finds them), after a membarrier, stopping at the block whose state the
+ * refills while FM_ADOPT_AT blocks wait for the tag it last sent to takes them into its own
+ * cache, after a membarrier, stopping at the block whose state the
  * holder publishes as the one it is freeing (fm_tcache.busy, one plain store on free's fast
  * path): a free of the holder's that loaded the state before the barrier has published it
  * (the adopter stops there) or stored CACHED (the adopter finds the state not REMOTE and stops
  * the program), and one that loads it after sees REMOTE. The blocks of a tag no thread holds
- * (its thread exited) go to their classes with whoever sends them. One thread at a time takes
+ * (its thread exited) stay with whoever frees them, and what waited for it goes to the
+ * classes. One thread at a time takes
  * a tag's blocks (its `taking`: the holder, an adopter or a drainer), and none waits for
  * another to finish. Blocks that a thread without a tag handed out are LIVE for anyone: any
  * thread frees them with one compare-exchange LIVE -> CACHED straight into its own cache (as
@@ -150,8 +151,8 @@
  *
  * Memory flows: heap run -> span -> class buckets (or transfer cache) <-> thread cache <->
  * program, or heap run -> large block -> program, or heap run -> arena slab -> program; a block
- * freed by another thread: -> its tag's inbox -> its owner's cache (or, owner behind or gone, ->
- * its class), or (no tag) -> the freeing thread's cache; and back: a span with no block out, a freed large block, or an
+ * freed by another thread: -> its tag's inbox -> its owner's cache (owner behind: an adopter's),
+ * or (no tag, or its tag's thread gone) -> the freeing thread's cache; and back: a span with no block out, a freed large block, or an
  * arena's slab over its cap at a reset, is a free run again, and its pages go back to the
  * system when the oldest free memory passes the budget or on malloc_trim. */
 #ifndef FM_TYPES_H

@@ -188,7 +188,8 @@ int flatmalloc_malloc_trim(size_t pad) {
   (void)pad;
   if (!pool_ready()) return 0;
   check_release_queued();   /* memcheck: frees still queued (check.c) */
-  tcache_collect();         /* blocks other threads freed for this one */
+  tcache_trim();            /* this thread's blocks, those other threads freed for it too */
+  class_trim();             /* the transfer caches and spare spans, so empty spans go back */
   return span_trim();
 }
 

@@ -405,24 +405,11 @@ static uint32_t give_run(const struct fm_class *k, uint64_t e, const struct fm_b
   return i;
 }
 
-/* Takes back n CACHED blocks of class c from a thread of shard sh: they go to the shard's (or
- * its sibling's) transfer cache while it has room, else to the blocks' spans, each under the
- * lock of its span's shard. Blocks of one span in a row share its look-ups (a batch freed in
+/* Takes back n CACHED blocks of class c into their spans, each under the lock of its span's
+ * shard (none held on entry). Blocks of one span in a row share its look-ups (a batch freed in
  * allocation order is mostly such runs). */
-void class_give(unsigned c, unsigned sh, const struct fm_blk *b, uint32_t n) {
-  struct fm_class *k = &fm_pool.cls[c];
-  struct fm_shard *h = &k->sh[sh];
-  if (__atomic_load_n(&h->xfer_n, __ATOMIC_RELAXED) + n <= k->xfer_max) {
-    h = shard_lock(k, sh);
-    if (h->xfer_n + n <= k->xfer_max) {
-      memcpy(xfer_of(k, h) + h->xfer_n, b, n * sizeof *b);
-      xfer_set(h, h->xfer_n + n);
-      fm_unlock(&h->lock);
-      return;
-    }
-    fm_unlock(&h->lock);
-  }
-  h = NULL;
+static void give_spans(struct fm_class *k, unsigned c, const struct fm_blk *b, uint32_t n) {
+  struct fm_shard *h = NULL;
   for (uint32_t i = 0, j; i < n; i = j) {
     uintptr_t off = (uintptr_t)b[i].p - fm_pool.heap_base;
     uint64_t e = off < fm_pool.heap_size ? fm_pool.chunk[off >> FM_CHUNK_SHIFT].line.e : 0;
@@ -441,6 +428,25 @@ void class_give(unsigned c, unsigned sh, const struct fm_blk *b, uint32_t n) {
     if (keep) span_gave(k, h, head, r, j - i);
   }
   if (h) fm_unlock(&h->lock);
+}
+
+/* Takes back n CACHED blocks of class c from a thread of shard sh: they go to the transfer
+ * cache of the shard shard_lock gives (sh's, or another free one while sh's lock is held)
+ * while it has room, else to the blocks' spans. */
+void class_give(unsigned c, unsigned sh, const struct fm_blk *b, uint32_t n) {
+  struct fm_class *k = &fm_pool.cls[c];
+  struct fm_shard *h = &k->sh[sh];
+  if (__atomic_load_n(&h->xfer_n, __ATOMIC_RELAXED) + n <= k->xfer_max) {
+    h = shard_lock(k, sh);
+    if (h->xfer_n + n <= k->xfer_max) {
+      memcpy(xfer_of(k, h) + h->xfer_n, b, n * sizeof *b);
+      xfer_set(h, h->xfer_n + n);
+      fm_unlock(&h->lock);
+      return;
+    }
+    fm_unlock(&h->lock);
+  }
+  give_spans(k, c, b, n);
 }
 
 void class_note(unsigned c, unsigned sh, bool borrowed) {
@@ -513,4 +519,30 @@ int class_check(unsigned c) {
     fm_unlock(&h->lock);
   }
   return faults;
+}
+
+/* malloc_trim: every transfer cache empties into its blocks' spans, and every shard's spare
+ * span goes back, so each span with no block out returns to the heap (a batch at a time: a
+ * shard's lock is never held while another's is taken). */
+void class_trim(void) {
+  struct fm_blk b[FM_BATCH_MAX];
+  for (unsigned c = 0; c < fm_pool.nclass; c++) {
+    struct fm_class *k = &fm_pool.cls[c];
+    for (unsigned s = 0; s < fm_pool.nshards; s++) {
+      struct fm_shard *h = &k->sh[s];
+      for (;;) {
+        fm_lock(&h->lock);
+        uint32_t n = h->xfer_n < FM_BATCH_MAX ? h->xfer_n : FM_BATCH_MAX;
+        xfer_set(h, h->xfer_n - n);
+        memcpy(b, xfer_of(k, h) + h->xfer_n, n * sizeof *b);
+        if (!n && h->spare) {
+          span_retire(k, h, h->spare - 1);
+          h->spare = 0;
+        }
+        fm_unlock(&h->lock);
+        if (!n) break;
+        give_spans(k, c, b, n);
+      }
+    }
+  }
 }

@@ -120,6 +120,7 @@ hidden uint32_t class_take(unsigned c, unsigned shard, struct fm_blk *b, uint32_
 hidden void class_give(unsigned c, unsigned shard, const struct fm_blk *b, uint32_t n);
 hidden void class_note(unsigned c, unsigned shard, bool borrowed);
 hidden void class_after_fork(void);
+hidden void class_trim(void);   /* malloc_trim: the transfer caches and spare spans given back */
 struct class_stats { uint64_t out, peak, spans, spans_peak, reserve, borrows, exhausted; };
 hidden void class_stats(unsigned c, struct class_stats *s);
 hidden int class_check(unsigned c);
@@ -153,6 +154,7 @@ hidden uint64_t tcache_cached(unsigned c);
 hidden int tcache_check(void);
 hidden void tcache_after_fork(void);
 hidden void tcache_collect(void);
+hidden void tcache_trim(void);   /* malloc_trim: the calling thread's cached blocks given back */
 /* threads: threads holding a cache; tagged: threads holding a tag; bytes: the heap runs the
  * caches take */
 struct tcache_stats { uint64_t threads, tagged, bytes, most_moved; };

@@ -164,6 +164,15 @@ static const char *opt_retain_delay(const char *v, struct fm_options *o) {
 }
 
 static const char *opt_prefault(const char *v, struct fm_options *o) { return parse_bool(v, &o->prefault); }
+
+static const char *opt_hugepages(const char *v, struct fm_options *o) {
+  if (__builtin_strcmp(v, "auto") == 0) o->huge = HUGE_AUTO;
+  else if (__builtin_strcmp(v, "0") == 0) o->huge = HUGE_OFF;
+  else if (__builtin_strcmp(v, "hugetlb") == 0) o->huge = HUGE_TLB;
+  else return "expected auto, 0 or hugetlb";
+  o->huge_strict = o->huge == HUGE_TLB;
+  return NULL;
+}
 static const char *opt_stats(const char *v, struct fm_options *o) { return parse_bool(v, &o->stats); }
 static const char *opt_check(const char *v, struct fm_options *o) { return parse_bool(v, &o->check); }
 /* Ignored in a setuid or setgid program (AT_SECURE): it would create files with the program's
@@ -232,6 +241,7 @@ static const struct option options[] = {
   {"FLATMALLOC_RETAIN", "64M", opt_retain, "free large memory kept resident before pages go back"},
   {"FLATMALLOC_RETAIN_DELAY", "1000", opt_retain_delay, "ms the pages of a shrinking heap stay before going back"},
   {"FLATMALLOC_PREFAULT", "0", opt_prefault, "1: the real-time profile: every page of the pool resident at start-up and kept (needs FLATMALLOC_POOL)"},
+  {"FLATMALLOC_HUGEPAGES", "auto", opt_hugepages, "auto: a heap past 8 MiB on transparent huge pages; 0: base pages only; hugetlb: the pool from the kernel's reserved huge pages"},
   {"FLATMALLOC_STATS", "0", opt_stats, "1: print statistics to stderr at exit"},
   {"FLATMALLOC_CHECK", "0", opt_check, "1: checking mode (headers, canaries, abort on misuse)"},
   {"FLATMALLOC_PROFILE", "unset", opt_profile, "record request sizes and peaks into FILE.PID at exit"},
@@ -340,6 +350,16 @@ struct glibc_tunable {
 static void glibc_check(struct fm_options *o, int64_t v) { o->check = v != 0; }
 static void glibc_perturb(struct fm_options *o, int64_t v) { o->perturb = (int)v; }
 static void glibc_trim(struct fm_options *o, int64_t v) { o->retain = (size_t)v; }   /* -1: SIZE_MAX, pages kept */
+/* As glibc's do_set_hugetlb: 1 is transparent huge pages, 2 the reserved huge pages of the
+ * default size, a larger value those of that size (here only the default size is used; glibc
+ * uses none for a size the kernel lacks); glibc falls back to ordinary pages when the reserved
+ * ones run out, so here too: never a stop (pool.c). */
+static void glibc_hugetlb(struct fm_options *o, int64_t v) {
+  uint64_t free;
+  if (v == 0) o->huge = HUGE_OFF;
+  else if (v == 1) o->huge = HUGE_AUTO;
+  else if (v == 2 || (uint64_t)v == os_hugetlb_size(&free)) o->huge = HUGE_TLB;
+}
 
 #define INT32 false, INT32_MIN, INT32_MAX
 #define SIZE(min) true, min, -1
@@ -356,7 +376,7 @@ static const struct glibc_tunable glibc_tunables[] = {
   {"tcache_count", NULL, SIZE(0), NULL},
   {"tcache_unsorted_limit", NULL, SIZE(0), NULL},
   {"mxfast", NULL, SIZE(0), NULL},
-  {"hugetlb", NULL, SIZE(0), NULL},
+  {"hugetlb", NULL, SIZE(0), glibc_hugetlb},
 };
 #undef INT32
 #undef SIZE
@@ -469,7 +489,7 @@ void options_read(struct fm_options *o) {
     if (!opt)
       options_fail(name, value,
                    "unknown setting (known: FLATMALLOC_POOL, FLATMALLOC_CLASSES, FLATMALLOC_LARGE, "
-                   "FLATMALLOC_RETAIN, FLATMALLOC_RETAIN_DELAY, FLATMALLOC_PREFAULT, FLATMALLOC_STATS, "
+                   "FLATMALLOC_RETAIN, FLATMALLOC_RETAIN_DELAY, FLATMALLOC_PREFAULT, FLATMALLOC_HUGEPAGES, FLATMALLOC_STATS, "
                    "FLATMALLOC_CHECK, FLATMALLOC_PROFILE, FLATMALLOC_HEAP, FLATMALLOC_HEAP_SAMPLE, "
                    "FLATMALLOC_HEAP_SIGNAL)");
     const char *why = opt->parse(value, o);

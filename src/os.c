@@ -1,5 +1,5 @@
 /* The only file that calls mmap, madvise, mincore, getrandom, getrlimit, getauxval,
- * sched_getaffinity, sched_getcpu and clock_gettime. */
+ * sched_getaffinity, sched_getcpu and clock_gettime, and reads the kernel's memory settings. */
 #include "os.h"
 
 #include <errno.h>
@@ -15,15 +15,136 @@
 #include <time.h>
 #include <unistd.h>
 
-void *os_reserve(size_t size, int prefault, int commit) {
-  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (prefault ? MAP_POPULATE : 0);
+void *os_reserve(size_t size, int commit) {
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
   void *p = mmap(NULL, size, commit ? PROT_READ | PROT_WRITE : PROT_NONE, flags, -1, 0);
-  if (p == MAP_FAILED) return NULL;
-  /* a virtual machine may back a populated page only at its first write (7.5-10 us on the
-   * test host, no fault counted in the guest): each page is written once now */
-  if (prefault)
-    for (size_t at = 0, page = os_page_size(); at < size; at += page) *((volatile char *)p + at) = 0;
-  return p;
+  return p == MAP_FAILED ? NULL : p;
+}
+
+void *os_reserve_hugetlb(size_t size) {
+  int saved = errno;
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+  errno = saved;
+  return p == MAP_FAILED ? NULL : p;
+}
+
+/* A virtual machine may back a populated page only at its first write (7.5-10 us on the test
+ * host, no fault counted in the guest): each page is written once, which on a range advised
+ * onto huge pages faults in a huge page at the first write of each. */
+void os_populate(void *p, size_t size) {
+  for (size_t at = 0, page = os_page_size(); at < size; at += page) *((volatile char *)p + at) = 0;
+}
+
+/* The first line of a small file of sysfs or procfs into buf, NUL-ended; false when unreadable. */
+static bool read_line(const char *path, char *buf, size_t size) {
+  int saved = errno, fd = open(path, O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd < 0 ? -1 : read(fd, buf, size - 1);
+  if (fd >= 0) close(fd);
+  errno = saved;
+  if (n <= 0) return false;
+  buf[n] = 0;
+  for (ssize_t i = 0; i < n; i++)
+    if (buf[i] == '\n') buf[i] = 0;
+  return true;
+}
+
+static uint64_t read_u64(const char *path) {
+  char buf[32];
+  uint64_t n = 0;
+  if (!read_line(path, buf, sizeof buf)) return 0;
+  for (const char *s = buf; *s >= '0' && *s <= '9'; s++) n = n * 10 + (uint64_t)(*s - '0');
+  return n;
+}
+
+size_t os_thp_size(bool *always) {
+  char mode[64];
+  *always = false;
+  if (!read_line("/sys/kernel/mm/transparent_hugepage/enabled", mode, sizeof mode)) return 0;
+  if (strstr(mode, "[never]")) return 0;   /* "always [madvise] never": the bracketed one is in force */
+  *always = strstr(mode, "[always]") != NULL;
+  return (size_t)read_u64("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
+}
+
+bool os_advise_huge(void *p, size_t size, bool huge) {
+  int saved = errno;
+  bool ok = madvise(p, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0;
+  errno = saved;
+  return ok;
+}
+
+size_t os_hugetlb_size(uint64_t *free) {
+  char buf[4096];
+  int saved = errno, fd = open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);   /* "Hugepagesize:  2048 kB", 20-odd lines down */
+  if (fd >= 0) close(fd);
+  errno = saved;
+  *free = 0;
+  const char *s = n > 0 ? (buf[n] = 0, strstr(buf, "Hugepagesize:")) : NULL;
+  if (!s) return 0;
+  size_t kb = 0;
+  for (s += 13; *s == ' '; s++) {}
+  for (; *s >= '0' && *s <= '9'; s++) kb = kb * 10 + (size_t)(*s - '0');
+  char path[96], digits[24];
+  size_t len = strlen(strcpy(path, "/sys/kernel/mm/hugepages/hugepages-"));
+  int d = 0;
+  for (size_t v = kb; v || !d; v /= 10) digits[d++] = (char)('0' + v % 10);
+  while (d) path[len++] = digits[--d];
+  strcpy(path + len, "kB/free_hugepages");
+  *free = read_u64(path);
+  return kb << 10;
+}
+
+uint64_t os_hugetlb_pages(uint64_t *free) {
+  os_hugetlb_size(free);
+  return read_u64("/proc/sys/vm/nr_hugepages");
+}
+
+size_t os_huge_resident(const void *p, size_t size) {
+  uintptr_t lo = (uintptr_t)p, hi = lo + size, from = 0, to = 0;
+  size_t total = 0;
+  int saved = errno, fd = open("/proc/self/smaps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    errno = saved;
+    return 0;
+  }
+  char buf[4096], line[256];
+  size_t len = 0;
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+    for (ssize_t i = 0; i < n; i++) {
+      if (buf[i] != '\n') {
+        if (len < sizeof line - 1) line[len++] = buf[i];
+        continue;
+      }
+      line[len] = 0;
+      len = 0;
+      const char *s = line;
+      uintptr_t a = 0, b = 0;
+      bool hex = true;
+      for (; hex && *s && *s != '-'; s++) {
+        unsigned v = *s >= '0' && *s <= '9' ? (unsigned)(*s - '0') : *s >= 'a' && *s <= 'f' ? (unsigned)(*s - 'a' + 10) : 16;
+        if (v == 16) hex = false;
+        a = a * 16 + v;
+      }
+      if (hex && *s == '-') {   /* a mapping's first line: "from-to perms ..." */
+        for (s++; *s && *s != ' '; s++) b = b * 16 + (unsigned)(*s <= '9' ? *s - '0' : *s - 'a' + 10);
+        from = a;
+        to = b;
+        continue;
+      }
+      const char *key = strncmp(line, "AnonHugePages:", 14) == 0 ? line + 14
+                        : strncmp(line, "Private_Hugetlb:", 16) == 0 ? line + 16 : NULL;
+      if (!key || to <= lo || from >= hi) continue;
+      size_t kb = 0;
+      for (s = key; *s == ' '; s++) {}
+      for (; *s >= '0' && *s <= '9'; s++) kb = kb * 10 + (size_t)(*s - '0');
+      total += kb << 10;
+    }
+    if (n < 0) break;
+  }
+  close(fd);
+  errno = saved;
+  return total;
 }
 
 void os_unreserve(void *p, size_t size) {

@@ -7,10 +7,31 @@
 #include "types.h"
 
 /* Reserves size bytes of zeroed address space, readable and writable and committed on first
- * touch (or at once with prefault: populated, and every page written once) when commit is set,
- * else inaccessible until os_commit.
+ * touch when commit is set, else inaccessible until os_commit (os_populate makes it resident).
  * Returns NULL when the kernel refuses. */
-hidden void *os_reserve(size_t size, int prefault, int commit);
+hidden void *os_reserve(size_t size, int commit);
+/* Reserves size bytes (a multiple of the hugetlb page size) from the kernel's reserved huge
+ * pages (MAP_HUGETLB, its default size), readable and writable; the pages are the kernel's to
+ * give at mmap, so a first touch never fails. NULL when it has too few free. */
+hidden void *os_reserve_hugetlb(size_t size);
+/* Writes each page of [p, p+size) once, so every page is resident (prefault). */
+hidden void os_populate(void *p, size_t size);
+/* Transparent huge pages: the size the kernel offers (hpage_pmd_size), 0 when its mode is
+ * "never" or it has none; *always: the mode is "always" (every range gets them unless advised
+ * otherwise), else "madvise". Read once. */
+hidden size_t os_thp_size(bool *always);
+/* Advises [p, p+size) onto huge pages at their first touch (MADV_HUGEPAGE), or never
+ * (MADV_NOHUGEPAGE). p and size are multiples of the huge page. False when refused. */
+hidden bool os_advise_huge(void *p, size_t size, bool huge);
+/* The kernel's reserved huge pages (hugetlb) of its default size: that size (0: none), and
+ * how many of them are free now. */
+hidden size_t os_hugetlb_size(uint64_t *free);
+/* How many huge pages of the default size the kernel keeps reserved (vm.nr_hugepages), and
+ * in *free how many of them no one uses. */
+hidden uint64_t os_hugetlb_pages(uint64_t *free);
+/* Bytes of [p, p+size) that lie on huge pages, transparent or hugetlb (/proc/self/smaps).
+ * Allocates nothing; 0 when it cannot be read. */
+hidden size_t os_huge_resident(const void *p, size_t size);
 /* Gives back [p, p+size) of a reservation of os_reserve, address space and all. */
 hidden void os_unreserve(void *p, size_t size);
 /* Makes [p, p+size) readable and writable (page multiples); false when the kernel's commit

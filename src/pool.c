@@ -66,7 +66,9 @@ static void layout_of(size_t size, struct layout *L) {
   L->inbox_off = align_up(L->tag_off + FM_TAGS * sizeof(struct fm_tag), os_page_size());   /* opened a tag at a time */
   L->shard_off = align_up(L->inbox_off + (size_t)FM_TAGS * L->inbox_n * sizeof(struct fm_slot), FM_SECTOR);
   L->xfer_off = align_up(L->shard_off + o->nclass * L->nshards * sizeof(struct fm_shard), FM_SECTOR);
-  L->meta = align_up(L->xfer_off + o->nclass * L->nshards * FM_XFER * sizeof(struct fm_blk), (size_t)1 << shift);
+  /* the heap starts on a huge page where all of it lies on them (else huge_from is one) */
+  size_t heap_align = fm_pool.huge_chunks && !fm_pool.huge_from ? (size_t)fm_pool.huge_chunks << shift : (size_t)1 << shift;
+  L->meta = align_up(L->xfer_off + o->nclass * L->nshards * FM_XFER * sizeof(struct fm_blk), heap_align);
 }
 
 static void pool_layout(void *mem, size_t size, const struct layout *L) {
@@ -114,66 +116,174 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
   span_setup((uint64_t *)(base + L->pages_off), heap_chunks, o->retain);
 }
 
-/* Reserves size bytes starting on a 2 MiB boundary; the slack before it is never touched. */
+/* ---- huge pages ---------------------------------------------------------------------------
+ * Where the kernel offers transparent huge pages, the heap above its first FM_HUGE_FROM bytes
+ * is advised onto them (all of it in the real-time profile, which makes the pool resident
+ * anyway), the heap starts on a huge page and span.c opens, places and gives back memory there
+ * in whole huge pages; below, and in the tables, base pages, so a small program is no bigger.
+ * In "always" mode the rest is advised off them for the same reason. hugetlb: the whole pool
+ * is the kernel's reserved huge pages, opened at once (they are the kernel's to give at mmap). */
+static size_t pool_hp;        /* the huge page's size, 0: none */
+static bool thp_always;       /* the kernel's mode is "always" */
+
+/* FLATMALLOC_HUGEPAGES=hugetlb and the reserved pages cannot hold a pool of `need` of them. */
+static cold __attribute__((noreturn)) void hugetlb_fail(size_t hp, uint64_t need) {
+  char why[256];
+  struct fmt f = {why, sizeof why, 0};
+  uint64_t free, total = os_hugetlb_pages(&free);
+  if (!hp) {
+    fmt_str(&f, "the kernel offers no reserved huge pages (no hugetlbfs)");
+  } else {
+    fmt_str(&f, "the pool needs ");
+    fmt_u64(&f, need, 0);
+    fmt_str(&f, " huge pages of ");
+    fmt_u64(&f, hp >> 10, 0);
+    fmt_str(&f, "K and ");
+    fmt_u64(&f, free, 0);
+    fmt_str(&f, " are free: reserve more (sysctl -w vm.nr_hugepages=");
+    fmt_u64(&f, total + need - (free < need ? free : need), 0);
+    fmt_str(&f, ") or set a smaller FLATMALLOC_POOL");
+  }
+  fmt_end(&f);
+  options_fail("FLATMALLOC_HUGEPAGES", "hugetlb", why);
+}
+
+/* A huge page size the heap can use: a power of two, whole chunks, at most FM_HUGE_MAX. */
+static bool huge_fits(size_t hp) { return hp >= FM_CHUNK && hp <= FM_HUGE_MAX && !(hp & (hp - 1)); }
+
+static void huge_plan(bool tool) {
+  struct fm_options *o = &fm_pool.opt;
+  size_t thp = tool ? 0 : os_thp_size(&thp_always);
+  pool_hp = 0;
+  fm_pool.hugetlb = false;
+  if (!tool && o->huge == HUGE_TLB) {
+    uint64_t free;
+    size_t hp = os_hugetlb_size(&free);
+    if (huge_fits(hp) && (free || o->huge_strict)) {
+      pool_hp = hp;
+      fm_pool.hugetlb = true;
+    } else if (o->huge_strict) {
+      hugetlb_fail(0, 0);
+    }
+  }
+  if (!pool_hp && o->huge != HUGE_OFF && huge_fits(thp)) pool_hp = thp;
+  fm_pool.huge_chunks = (uint32_t)(pool_hp >> FM_CHUNK_SHIFT);
+  fm_pool.huge_from = !pool_hp || o->prefault || fm_pool.hugetlb ? 0 : 1;   /* pool_reserve places it */
+}
+
+/* The advice for the pool at mem (tables as laid out in L, then the heap): in "always" mode
+ * what is not to be on huge pages is advised off them. The chunks' records (128 bytes a chunk)
+ * lie on huge pages past their first huge page, which describes 256 MiB of heap: a heap that
+ * large pays at most one huge page of records it does not use. */
+static void huge_advise(uintptr_t mem, const struct layout *L, size_t heap) {
+  size_t meta = L->meta;
+  if (fm_pool.hugetlb) return;
+  if (fm_pool.huge_chunks && (size_t)fm_pool.huge_from << FM_CHUNK_SHIFT >= heap) fm_pool.huge_chunks = 0;   /* too small a heap */
+  uintptr_t end = mem + meta + heap, split = end;
+  if (fm_pool.huge_chunks) split = fm_pool.opt.prefault ? mem : mem + meta + ((size_t)fm_pool.huge_from << FM_CHUNK_SHIFT);
+  if (split > mem && thp_always) os_advise_huge((void *)mem, split - mem, false);
+  if (end > split) os_advise_huge((void *)split, end - split, true);
+  uintptr_t t0 = (mem + L->chunk_off + 2 * pool_hp - 1) & ~(uintptr_t)(pool_hp - 1);
+  uintptr_t t1 = (mem + L->chunk_off + L->nchunks * sizeof(struct fm_chunk)) & ~(uintptr_t)(pool_hp - 1);
+  if (fm_pool.huge_chunks && split > mem && t1 > t0 && os_advise_huge((void *)t0, t1 - t0, true)) fm_pool.huge_table = t0;
+}
+
+/* Reserves size bytes starting on a 2 MiB boundary (or the huge page's); the slack before it
+ * is never touched. */
 static void *(*pool_tool_map)(size_t size);
 
-static void *pool_map(size_t size, bool prefault) {
-  uintptr_t mem = (uintptr_t)(pool_tool_map ? pool_tool_map(size + POOL_ALIGN)
-                                            : os_reserve(size + POOL_ALIGN, prefault, !fm_pool.lazy_commit));
-  return mem ? (void *)((mem + POOL_ALIGN - 1) & ~(uintptr_t)(POOL_ALIGN - 1)) : NULL;
+static void *pool_map(size_t size) {
+  if (fm_pool.hugetlb) return os_reserve_hugetlb((size + pool_hp - 1) / pool_hp * pool_hp);   /* aligned by the kernel */
+  size_t align = pool_hp > POOL_ALIGN ? pool_hp : POOL_ALIGN;
+  uintptr_t mem = (uintptr_t)(pool_tool_map ? pool_tool_map(size + align)
+                                            : os_reserve(size + align, !fm_pool.lazy_commit));
+  return mem ? (void *)((mem + align - 1) & ~(uintptr_t)(align - 1)) : NULL;
+}
+
+/* The pool of o->pool bytes, or of the default size (the most the machine, RLIMIT_AS and, for
+ * hugetlb, the free reserved pages allow, halved until the reservation succeeds); NULL when
+ * none could be had, with *least the smallest size tried. */
+static void *pool_try(size_t *psize, struct layout *L, uint64_t tool_cap, size_t *least) {
+  struct fm_options *o = &fm_pool.opt;
+  size_t size = o->pool;
+  *least = size;
+  if (size) {
+    layout_of(size, L);
+    return pool_map(size + L->meta);
+  }
+  if (o->prefault)   /* it would make the machine's memory resident */
+    options_fail("FLATMALLOC_PREFAULT", "1", "needs FLATMALLOC_POOL: the whole pool is made resident at start-up");
+  uint64_t phys = os_physical_memory();
+  if (tool_cap && phys > tool_cap) phys = tool_cap;   /* see check.c */
+  size = phys > FM_POOL_MAX ? FM_POOL_MAX : (size_t)phys;
+  /* Under RLIMIT_AS the program keeps POOL_AS_ROOM for thread stacks and, of the rest, half
+   * for libraries and its own mappings; under a limit too small for that the pool takes up to
+   * POOL_AS_SMALL, at most half the limit. */
+  uint64_t limit = os_address_limit(), cap = limit > POOL_AS_ROOM ? (limit - POOL_AS_ROOM) / 2 : 0;
+  uint64_t small = limit / 2 < POOL_AS_SMALL ? limit / 2 : POOL_AS_SMALL;
+  if (cap < small) cap = small;
+  *least = cap < (64u << 20) ? (size_t)cap : (64u << 20);
+  if (fm_pool.hugetlb) {   /* what the free reserved pages hold */
+    uint64_t free;
+    os_hugetlb_size(&free);
+    if (free * pool_hp < cap) cap = free * pool_hp;
+  }
+  if (size > cap) size = (size_t)cap;
+  for (; size && size >= *least; size /= 2) {
+    layout_of(size, L);
+    if (size + L->meta > cap) {   /* the tables fit under the limit too */
+      if (L->meta >= cap) continue;
+      layout_of(size = (size_t)cap - L->meta, L);
+    }
+    void *mem = pool_map(size + L->meta);
+    if (mem) {
+      *psize = size;
+      return mem;
+    }
+  }
+  return NULL;
 }
 
 void pool_reserve(void *(*tool_map)(size_t size), uint64_t tool_cap) {
   struct fm_options *o = &fm_pool.opt;
   pool_tool_map = tool_map;
-  /* The heap is opened as it is used (mlockall then locks only that), except when prefaulted
-   * and under a Valgrind tool (its own map; opened as used only where the kernel counts every
-   * writable page anyway, strict overcommit). */
-  fm_pool.lazy_commit = !o->prefault && (!tool_cap || os_overcommit_strict());   /* tool_cap: any tool */
+  huge_plan(tool_map || tool_cap);
+  /* The heap is opened as it is used (mlockall then locks only that), except when prefaulted,
+   * on hugetlb pages and under a Valgrind tool (its own map; opened as used only where the
+   * kernel counts every writable page anyway, strict overcommit). */
+  fm_pool.lazy_commit = !o->prefault && !fm_pool.hugetlb && (!tool_cap || os_overcommit_strict());   /* tool_cap: any tool */
   fm_pool.realtime = o->prefault;
-  void *mem = NULL;
-  size_t size = o->pool;
+  size_t size = o->pool, least;
   struct layout L;
-  if (size) {
-    layout_of(size, &L);
-    mem = pool_map(size + L.meta, o->prefault);
-    if (!mem) {
-      errno = ENOMEM;
-      options_fail("FLATMALLOC_POOL", o->pool_text, "the system refused to reserve a pool of this size");
-    }
-  } else {
-    if (o->prefault)   /* it would make the machine's memory resident */
-      options_fail("FLATMALLOC_PREFAULT", "1", "needs FLATMALLOC_POOL: the whole pool is made resident at start-up");
-    uint64_t phys = os_physical_memory();
-    if (tool_cap && phys > tool_cap) phys = tool_cap;   /* see check.c */
-    size = phys > FM_POOL_MAX ? FM_POOL_MAX : (size_t)phys;
-    /* Under RLIMIT_AS the program keeps POOL_AS_ROOM for thread stacks and, of the rest, half
-     * for libraries and its own mappings; under a limit too small for that the pool takes up to
-     * POOL_AS_SMALL, at most half the limit. */
-    uint64_t limit = os_address_limit(), cap = limit > POOL_AS_ROOM ? (limit - POOL_AS_ROOM) / 2 : 0;
-    uint64_t small = limit / 2 < POOL_AS_SMALL ? limit / 2 : POOL_AS_SMALL;
-    if (cap < small) cap = small;
-    size_t least = cap < (64u << 20) ? (size_t)cap : (64u << 20);
-    if (size > cap) size = (size_t)cap;
-    for (; size && size >= least; size /= 2) {
-      layout_of(size, &L);
-      if (size + L.meta > cap) {   /* the tables fit under the limit too */
-        if (L.meta >= cap) continue;
-        layout_of(size = (size_t)cap - L.meta, &L);
-      }
-      if ((mem = pool_map(size + L.meta, o->prefault))) break;
-    }
-    if (!mem) {
-      char why[64];
-      struct fmt f = {why, sizeof why, 0};
-      fmt_str(&f, "could not reserve even ");
-      fmt_u64(&f, least >> 10, 0);
-      fmt_str(&f, "K of address space");
-      fmt_end(&f);
-      options_fail("FLATMALLOC_POOL", "(default)", why);
-    }
+  void *mem = pool_try(&size, &L, tool_cap, &least);
+  if (!mem && fm_pool.hugetlb) {
+    layout_of(least, &L);
+    if (o->huge_strict) hugetlb_fail(pool_hp, (least + L.meta + pool_hp - 1) / pool_hp);
+    o->huge = HUGE_AUTO;   /* glibc.malloc.hugetlb=2: ordinary pages, as glibc falls back to */
+    huge_plan(false);
+    fm_pool.lazy_commit = !o->prefault && !tool_cap;
+    mem = pool_try(&size, &L, tool_cap, &least);
+  }
+  if (!mem && o->pool) {
+    errno = ENOMEM;
+    options_fail("FLATMALLOC_POOL", o->pool_text, "the system refused to reserve a pool of this size");
+  }
+  if (!mem) {
+    char why[64];
+    struct fmt f = {why, sizeof why, 0};
+    fmt_str(&f, "could not reserve even ");
+    fmt_u64(&f, least >> 10, 0);
+    fmt_str(&f, "K of address space");
+    fmt_end(&f);
+    options_fail("FLATMALLOC_POOL", "(default)", why);
   }
   o->pool = size;
+  if (fm_pool.huge_from) {   /* the first chunk past FM_HUGE_FROM that starts a huge page */
+    uintptr_t heap = (uintptr_t)mem + L.meta, at = (heap + FM_HUGE_FROM + pool_hp - 1) & ~(uintptr_t)(pool_hp - 1);
+    fm_pool.huge_from = (uint32_t)((at - heap) >> FM_CHUNK_SHIFT);
+  }
+  huge_advise((uintptr_t)mem, &L, (size_t)(size >> FM_CHUNK_SHIFT) << FM_CHUNK_SHIFT);
+  if (o->prefault) os_populate(mem, size + L.meta);
   pool_layout(mem, size, &L);
 }
 

@@ -102,8 +102,36 @@ static void mapping(uint32_t len, unsigned *fl, unsigned *sl) {
   *sl = f < SL_BITS ? len & (SL_COUNT - 1) : (len >> (f - SL_BITS)) & (SL_COUNT - 1);
 }
 
+/* ---- huge pages (pool.c's plan: fm_pool.huge_chunks a huge page from chunk huge_from) ------ */
+static bool on_huge(uint32_t c) { return fm_pool.huge_chunks && c >= fm_pool.huge_from; }
+/* chunk c's place in its huge page (huge_from starts one; huge pages are a power of two) */
+static uint32_t hp_phase(uint32_t c) { return (c - fm_pool.huge_from) & (fm_pool.huge_chunks - 1); }
+static uint32_t hp_down(uint32_t c) { return c - hp_phase(c); }
+static uint32_t hp_up(uint32_t c) { return hp_phase(c) ? hp_down(c) + fm_pool.huge_chunks : c; }
+
+/* The chunks of the free run [i, end) whose pages may go back without splitting a huge page:
+ * below the huge pages all, among them the whole huge pages it covers (a run that ends at top
+ * has all of its last one: nothing above top is in use). */
+static void givable(uint32_t i, uint32_t end, uint32_t *lo, uint32_t *hi) {
+  *lo = i;
+  *hi = end;
+  if (!on_huge(end - 1)) return;
+  if (i > fm_pool.huge_from) *lo = hp_up(i);
+  if (end < H.top) *hi = hp_down(end);
+  if (*hi < *lo) *hi = *lo;
+}
+
+/* Chunks of [from, to), in a huge page that a run just taken lies in, that were held to have
+ * no pages: the kernel faults the huge page in whole, so they count as holding pages now (their
+ * bits stay clear: never written, they still read as zero, which calloc relies on). */
+static uint32_t touched(uint32_t from, uint32_t to) {
+  if (from >= to || !on_huge(from)) return 0;
+  return to - from - pages_count(from, to - from);
+}
+
 static void fifo_remove(uint32_t i) {
   struct fm_run *r = R(i);
+  r->flags &= (uint16_t)~RUN_QUEUED;
   if (r->older) R(r->older - 1)->newer = r->newer;
   else if (H.oldest == idx1(i)) H.oldest = r->newer;
   if (r->newer) R(r->newer - 1)->older = r->older;
@@ -116,6 +144,7 @@ static void fifo_append(uint32_t i) {
   /* no system call in native code (check.c); no clock where pages never go back (its first
    * read faults the vDSO's data page in) */
   r->since = (uint32_t)(fm_pool.native || H.keep ? H.window : os_clock_ms());
+  r->flags |= RUN_QUEUED;
   r->newer = 0;
   r->older = H.newest;
   if (H.newest) R(H.newest - 1)->newer = idx1(i);
@@ -125,7 +154,8 @@ static void fifo_append(uint32_t i) {
 
 /* Marks [i, i+len) a free run and lists it (not merged: the caller did that): with the runs
  * that may hold pages when it may (RUN_WARM, until a release has given them all back), else
- * with those that do not. */
+ * with those that do not; in the release FIFO when some of them may go back (RUN_QUEUED: not
+ * a run that lies in huge pages still partly in use, which keep their pages). */
 static void list_insert(uint32_t i, uint32_t len, uint32_t dirty) {
   struct fm_run *r = R(i);
   unsigned fl, sl, w = dirty != 0;
@@ -138,7 +168,9 @@ static void list_insert(uint32_t i, uint32_t len, uint32_t dirty) {
   R(i + len - 1)->head = i;
   H.listed += len;
   H.dirty += dirty;
-  if (dirty) fifo_append(i);
+  uint32_t lo, hi;
+  givable(i, i + len, &lo, &hi);
+  if (dirty && lo < hi) fifo_append(i);
 }
 
 static void list_remove(uint32_t i) {
@@ -155,7 +187,7 @@ static void list_remove(uint32_t i) {
     H.sl_map[w][fl] &= ~(1u << sl);
     if (!H.sl_map[w][fl]) H.fl_map[w] &= ~(1u << fl);
   }
-  if (r->dirty) fifo_remove(i);
+  if (r->flags & RUN_QUEUED) fifo_remove(i);
   H.listed -= r->len;
   H.dirty -= r->dirty;
   r->kind = 0;
@@ -189,13 +221,49 @@ static uint32_t list_find(uint32_t len) {
 }
 
 /* ---- giving pages back ------------------------------------------------------------------- */
+/* Clears the bits of [from, to) and gives their pages back (on huge pages, from where top is
+ * to the end of its huge page too); returns the chunks whose bit was set. */
+static uint32_t give_back(uint32_t from, uint32_t to) {
+  uint32_t freed = 0, end = to;
+  if (to == H.top && on_huge(to - 1) && (end = hp_up(to)) > H.nchunks) end = H.nchunks;
+  for (uint32_t k = from; k < end;) {
+    uint32_t w = k / 64, n = end - k < 64 - k % 64 ? end - k : 64 - k % 64;
+    uint64_t mask = n == 64 ? ~0ull : ((1ull << n) - 1) << (k % 64);
+    if (k < to) freed += (uint32_t)__builtin_popcountll(H.pages[w] & mask);
+    __atomic_fetch_and(&H.pages[w], ~mask, __ATOMIC_RELAXED);
+    k += n;
+  }
+  os_release((void *)(fm_pool.heap_base + ((uintptr_t)from << FM_CHUNK_SHIFT)), (size_t)(end - from) << FM_CHUNK_SHIFT);
+  H.released += (uint64_t)freed << FM_CHUNK_SHIFT;
+  return freed;
+}
+
+/* Run i has given back all it may (givable's [lo, hi)): it leaves the FIFO, and, when no chunk
+ * of it holds pages any longer, joins the runs that hold none. */
+static void release_done(uint32_t i, uint32_t lo, uint32_t hi) {
+  struct fm_run *r = R(i);
+  uint32_t end = i + r->len, left = 0;
+  if (r->dirty) left = pages_count(i, lo - i) + pages_count(hi, end - hi);   /* the ends in huge pages in use */
+  if (left > r->dirty) left = r->dirty;
+  H.dirty -= r->dirty - left;
+  r->dirty = left;
+  if (r->flags & RUN_QUEUED) fifo_remove(i);
+  if (!left) {
+    uint32_t len = r->len;
+    list_remove(i);   /* with the runs that hold no pages now */
+    list_insert(i, len, 0);
+  }
+}
+
 /* Gives back the pages of run i's chunks whose bit is set, scanning at most `words` words of
- * the bitmap and giving back at most `most` chunks; returns the chunks given back. The run
- * stays listed; its count is updated, and it leaves the FIFO once nothing is left to give. */
+ * the bitmap and giving back at most `most` chunks (rounded up to whole huge pages there);
+ * returns the chunks given back. The run stays listed; its count is updated, and it leaves the
+ * FIFO once nothing is left to give. */
 static uint32_t release_run(uint32_t i, uint32_t words, uint32_t most) {
   struct fm_run *r = R(i);
-  uint32_t end = i + r->len, c = i, scanned = 0, freed = 0;
-  if (r->clean > c) c = r->clean;
+  uint32_t lo, end, scanned = 0, freed = 0;
+  givable(i, i + r->len, &lo, &end);
+  uint32_t c = r->clean > lo ? r->clean : lo;
   while (c < end && scanned < words) {   /* the first chunk that may hold pages */
     uint32_t w = c / 64;
     uint64_t bits = H.pages[w] & (~0ull << (c % 64));
@@ -211,25 +279,14 @@ static uint32_t release_run(uint32_t i, uint32_t words, uint32_t most) {
     /* one madvise from there over up to `most` chunks: chunks without pages in between cost
      * the kernel little, a syscall each would cost a lot more */
     uint32_t stop = end - c < most ? end : c + most;
-    for (uint32_t k = c; k < stop;) {
-      uint32_t w = k / 64, n = stop - k < 64 - k % 64 ? stop - k : 64 - k % 64;
-      uint64_t mask = n == 64 ? ~0ull : ((1ull << n) - 1) << (k % 64);
-      freed += (uint32_t)__builtin_popcountll(H.pages[w] & mask);
-      __atomic_fetch_and(&H.pages[w], ~mask, __ATOMIC_RELAXED);
-      k += n;
-    }
-    os_release((void *)(fm_pool.heap_base + ((uintptr_t)c << FM_CHUNK_SHIFT)), (size_t)(stop - c) << FM_CHUNK_SHIFT);
+    if (on_huge(c)) c = hp_down(c);   /* (givable: still at lo or above) */
+    if (on_huge(stop - 1) && stop < end) stop = hp_up(stop) < end ? hp_up(stop) : end;
+    freed = give_back(c, stop);
     c = stop;
   }
-  H.released += (uint64_t)freed << FM_CHUNK_SHIFT;
   r->clean = c;   /* below it, nothing is left to give back */
   if (c >= end || freed >= r->dirty) {   /* (dirty counts may overstate: a release finds out) */
-    H.dirty -= r->dirty;
-    r->dirty = 0;
-    fifo_remove(i);
-    uint32_t len = r->len;
-    list_remove(i);   /* with the runs that hold no pages now */
-    list_insert(i, len, 0);
+    release_done(i, lo, end);
   } else {
     H.dirty -= freed;
     r->dirty -= freed;
@@ -301,25 +358,29 @@ static void heap_lock(void) {
 }
 
 /* ---- runs -------------------------------------------------------------------------------- */
-/* Makes [from, to) of an array of per-chunk entries of `each` bytes accessible. */
-static bool commit_entries(const void *array, size_t each, uint32_t from, uint32_t to) {
+/* Makes [from, to) of an array of per-chunk entries of `each` bytes accessible: past `huge`
+ * (an address, 0: nowhere) in whole huge pages. */
+static bool commit_entries(const void *array, size_t each, uint32_t from, uint32_t to, uintptr_t huge) {
   uintptr_t page = os_page_size(), lo = ((uintptr_t)array + from * each) & ~(page - 1);
   uintptr_t hi = ((uintptr_t)array + to * each + page - 1) & ~(page - 1);
+  if (huge && hi > huge) page = (uintptr_t)fm_pool.huge_chunks << FM_CHUNK_SHIFT, hi = (hi + page - 1) & ~(page - 1);
   return os_commit((void *)lo, hi - lo);
 }
 
 static bool commit_to(uint32_t to) {
   if (!fm_pool.lazy_commit || to <= H.committed) return true;
+  /* 1 MiB at a time, whole huge pages on them: a first touch finds all of its huge page open */
   uint32_t step = (uint32_t)((1u << 20) >> FM_CHUNK_SHIFT);
-  uint32_t want = (to + step - 1) / step * step;
+  uint32_t want = on_huge(to - 1) ? hp_up(to) : (to + step - 1) / step * step;
+  if (fm_pool.huge_chunks && to <= fm_pool.huge_from && want > fm_pool.huge_from) want = fm_pool.huge_from;
   if (want > H.nchunks) want = H.nchunks;
   for (unsigned s = 0; s < FM_SHADOWS; s++)
     if (fm_pool.st_bias[s] && !commit_entries((const void *)(fm_pool.st_bias[s] + (fm_pool.heap_base >> s)),
-                                              (size_t)1 << (FM_CHUNK_SHIFT - s), H.committed, want))
+                                              (size_t)1 << (FM_CHUNK_SHIFT - s), H.committed, want, 0))
       return false;
-  if (!commit_entries(fm_pool.chunk, sizeof *fm_pool.chunk, H.committed, want) ||
-      !commit_entries(H.pages, 1, H.committed / 8, (want + 63) / 8) ||
-      !commit_entries(fm_pool.arenas, FM_ARENA_REC, H.committed / FM_ARENA_CHUNKS, want / FM_ARENA_CHUNKS + 1) ||
+  if (!commit_entries(fm_pool.chunk, sizeof *fm_pool.chunk, H.committed, want, fm_pool.huge_table) ||
+      !commit_entries(H.pages, 1, H.committed / 8, (want + 63) / 8, 0) ||
+      !commit_entries(fm_pool.arenas, FM_ARENA_REC, H.committed / FM_ARENA_CHUNKS, want / FM_ARENA_CHUNKS + 1, 0) ||
       !os_commit((void *)(fm_pool.heap_base + ((uintptr_t)H.committed << FM_CHUNK_SHIFT)),
                  (size_t)(want - H.committed) << FM_CHUNK_SHIFT))
     return false;
@@ -354,17 +415,36 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
   if (!may_take(owner, len)) return -1;
   uint32_t h = list_find(len);
   if (h) {
-    uint32_t i = h - 1, have = R(i)->len, dirty = R(i)->dirty;
-    uint32_t rest = have - len, had = pages_count(i, len);
+    uint32_t i = h - 1, have = R(i)->len, dirty = R(i)->dirty, clean = R(i)->clean, at = i;
+    /* On huge pages: from the front, unless the run's front lies in a huge page in use that
+     * cannot hold the request and its back can: then from the back, so the whole huge pages
+     * between stay whole. */
+    if (on_huge(i + have - 1) && i + have < H.top) {
+      uint32_t front = hp_up(i) - i, back = hp_phase(i + have);
+      if (front < len && back >= len && back < have) at = i + have - len;
+    }
+    uint32_t rest = have - len, had = pages_count(at, len);
     uint32_t left = dirty > had ? dirty - had : 0;   /* still an upper bound */
-    /* From the front, though a release gives pages back from the front too: cut from the
-     * back, runs freed later merge in front of the rest and reset its clean mark, so each
-     * release scans only the given-back front (RELEASE_WORDS) and the excess stops draining. */
-    put_back(i + len, rest, left < rest ? left : rest);
-    if (rest && R(i)->clean > i + len) R(i + len)->clean = R(i)->clean;   /* the rest's front went back */
-    mark_used(i, len, kind, owner);
-    release_for_fresh(len - had);
-    return i;
+    if (left > rest) left = rest;
+    uint32_t fresh = len - had;
+    if (at == i) {
+      /* From the front, though a release gives pages back from the front too: cut from the
+       * back, runs freed later merge in front of the rest and reset its clean mark, so each
+       * release scans only the given-back front (RELEASE_WORDS) and the excess stops draining. */
+      uint32_t edge = on_huge(i + len) && hp_up(i + len) < i + have ? hp_up(i + len) : i + have;
+      uint32_t more = touched(i + len, edge);   /* the rest of the huge page it ends in */
+      put_back(i + len, rest, left + more < rest ? left + more : rest);
+      fresh += more;
+      if (rest && clean > i + len) R(i + len)->clean = clean;   /* the rest's front went back */
+    } else {
+      uint32_t more = touched(hp_down(at) > i ? hp_down(at) : i, at);   /* the rest of the huge page it starts in */
+      list_insert(i, rest, left + more < rest ? left + more : rest);
+      R(i)->clean = clean < at ? clean : at;
+      fresh += more;
+    }
+    mark_used(at, len, kind, owner);
+    release_for_fresh(fresh);
+    return at;
   }
   /* grow the free run that ends at top, or cut from top */
   uint32_t i = H.top, tail_dirty = 0;
@@ -380,11 +460,17 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
     if (i != H.top) list_insert(i, H.top - i, tail_dirty);
     return -1;
   }
-  uint32_t fresh = len - pages_count(i, len);
-  if (i + len > H.top) H.top = i + len;
-  else put_back(i + len, H.top - (i + len), tail_dirty);   /* a good fit skips runs of its own list */
+  uint32_t fresh = len - pages_count(i, len), end = i + len, more = 0;
+  if (on_huge(end)) {   /* the rest of the huge page the run ends in is touched with it, above top too */
+    uint32_t stop = hp_up(end) < H.nchunks ? hp_up(end) : H.nchunks, top = end > H.top ? end : H.top;
+    more = touched(end, stop < top ? stop : top);   /* in the rest of the tail run */
+    if (more > top - end) more = top - end;
+    fresh += stop > top ? touched(top, stop) : 0;
+  }
+  if (end > H.top) H.top = end;
+  else put_back(end, H.top - end, tail_dirty + more);   /* a good fit skips runs of its own list */
   mark_used(i, len, kind, owner);
-  release_for_fresh(fresh);
+  release_for_fresh(fresh + more);
   return i;
 }
 
@@ -547,11 +633,19 @@ int span_kind_at(uint32_t i) {
   return kind;
 }
 
-/* malloc_trim: every free page goes back, oldest runs first. */
+/* malloc_trim: every free page goes back, oldest runs first, then those of free runs in huge
+ * pages still partly in use (which splits them: the kernel maps the rest with base pages). */
 int span_trim(void) {
   heap_lock();
   int any = H.dirty != 0 && !H.keep;
   while (any && H.oldest) release_run(H.oldest - 1, UINT32_MAX, UINT32_MAX);
+  while (any && H.fl_map[1]) {
+    unsigned fl = (unsigned)__builtin_ctz(H.fl_map[1]), sl = (unsigned)__builtin_ctz(H.sl_map[1][fl]);
+    uint32_t i = H.heads[1][fl][sl] - 1, len = R(i)->len;
+    give_back(i, i + len);
+    list_remove(i);
+    list_insert(i, len, 0);
+  }
   fm_unlock(&H.lock);
   return any;
 }

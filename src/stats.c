@@ -32,6 +32,9 @@ static size_t committed(void) {
          os_resident((void *)fm_pool.heap_base, ss.top);
 }
 
+/* The pool's bytes on huge pages (transparent or hugetlb), its tables included. */
+static size_t huge_bytes(void) { return fm_pool.huge_chunks ? os_huge_resident((void *)fm_pool.base, fm_pool.heap_base - fm_pool.base + fm_pool.heap_size) : 0; }
+
 static void line_start(struct fmt *f, int pid) {
   fmt_str(f, "flatmalloc[");
   fmt_u64(f, (unsigned)pid, 0);
@@ -123,6 +126,7 @@ void flatmalloc_stats_print(void) {
   field(&f, " free_with_pages=", ss.dirty);
   field(&f, " committed=", committed());
   field(&f, " returned=", ss.released);
+  field(&f, " huge=", huge_bytes());
   line_flush(&f);
 }
 
@@ -147,6 +151,7 @@ size_t flatmalloc_stats_json(char *buf, size_t size) {
   field(&f, ",\"cached\":", cached);
   field(&f, ",\"free_with_pages\":", ss.dirty);
   field(&f, ",\"returned\":", ss.released);
+  field(&f, ",\"huge\":", huge_bytes());
   field(&f, ",\"chunk\":", chunk);
   fmt_str(&f, "},\"classes\":[");
   for (unsigned c = 0; c < fm_pool.nclass; c++) {

@@ -653,3 +653,13 @@ int tcache_check(void) {
   fm_unlock(&caches_lock);
   return faults;
 }
+
+/* malloc_trim: the calling thread's blocks, those other threads freed for it included, go
+ * back to their classes (the bins keep their room, and fill again by demand). */
+void tcache_trim(void) {
+  struct fm_tcache *tc = fm_tc;
+  if (tc == &fm_tc_empty) return;
+  tcache_collect();
+  for (unsigned c = 0; c < fm_pool.nclass; c++) bin_flush(tc, c, cached(tc, c + 1));
+  tc->moved = 0;
+}

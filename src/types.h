@@ -10,18 +10,28 @@
  * shifts by a constant; 128 bytes of meta a chunk, reserved for the whole pool, touched where
  * the heap is used). The reservation is inaccessible and opened (mprotect) as it is used: the
  * heap and its per-chunk tables up to the highest chunk taken, in steps of 1 MiB (span.c's
- * commit_to), a tag's inbox when a thread first takes the tag, the fixed tables at start-up;
- * so mlockall locks what the heap uses, not the pool. Prefaulted, it is opened and populated
- * whole at start-up; under a Valgrind tool it is the tool's mapping. The meta area holds the blocks' states (BLOCK STATE below) and,
- * per chunk, a line (struct fm_line: the span and class it belongs to), a run record and a bit
- * "may hold pages"; plus the size -> class table, the owner tags, the classes' shards and their
- * transfer caches. No allocator
- * metadata lives in free memory: a stray write into a freed block can corrupt nothing but that
- * block. No cache line of meta that malloc() and free() write holds records of two spans, nor
- * does a sector (FM_SECTOR: the two cache lines a CPU fetches together) of chunk records (a
- * chunk's line and its run record are a sector, a chunk's states in a shadow a whole number of
- * cache lines; shards and tags a sector each): spans belong to one shard, and threads that
- * share no shard write no common line, whichever chunks their spans have side by side.
+ * commit_to; whole huge pages where the heap lies on them, HUGE PAGES below), a tag's inbox
+ * when a thread first takes the tag, the fixed tables at start-up; so mlockall locks what the
+ * heap uses, not the pool. Prefaulted, it is opened and populated whole at start-up; under a
+ * Valgrind tool it is the tool's mapping. The meta area holds the blocks' states (BLOCK STATE
+ * below) and, per chunk, a line (struct fm_line: the span and class it belongs to), a run
+ * record and a bit "may hold pages"; plus the size -> class table, the owner tags, the classes'
+ * shards and their transfer caches. No allocator metadata lives in free memory: a stray write
+ * into a freed block can corrupt nothing but that block. No cache line of meta that malloc()
+ * and free() write holds records of two spans, nor does a sector (FM_SECTOR: the two cache
+ * lines a CPU fetches together) of chunk records (a chunk's line and its run record are a
+ * sector, a chunk's states in a shadow a whole number of cache lines; shards and tags a sector
+ * each): spans belong to one shard, and threads that share no shard write no common line,
+ * whichever chunks their spans have side by side.
+ *
+ * HUGE PAGES (pool.c, span.c). Where the kernel offers transparent huge pages, the heap from
+ * the first huge page past FM_HUGE_FROM (8 MiB) is advised onto them (the tables and the first
+ * 8 MiB off them in "always" mode, so a small program is no bigger), opened in whole aligned
+ * huge pages, and a huge page stays whole while any of it is used: a run cut from one marks
+ * the rest of it as holding pages (the kernel faulted it in whole), so the next runs fill it
+ * first, and pages go back only in whole huge pages; free chunks inside a huge page still in
+ * use keep theirs (out of the release FIFO) until malloc_trim, which splits it. hugetlb: the
+ * whole pool is the kernel's reserved huge pages, opened at start-up.
  *
  * RUN (span.c). The heap is handed out in runs of whole chunks, to a size class (a span) or to
  * one large block. Free runs are indexed by length with TLSF bitmaps (O(1) good fit; those that
@@ -193,6 +203,8 @@
 #define FM_BORROW_STEPS 8u           /* a class that cannot grow takes blocks of the next ones */
 #define FM_BOOT_BYTES (256u << 10)   /* bootstrap buffer for calls made before the pool exists */
 #define FM_RETAIN_DEFAULT (64ull << 20)
+#define FM_HUGE_FROM (8u << 20)      /* the heap above its first this many bytes lies on huge pages */
+#define FM_HUGE_MAX (32u << 20)      /* huge pages bigger than this are not used */
 #define FM_TAGS 250u                 /* threads whose blocks carry their own LIVE value at once */
 #define FM_TAG_WAIT 8u               /* unused tags that wait before the oldest is taken again (tcache.c) */
 #define FM_SHARDS_MAX 64u            /* shards per class: two per CPU the process may use, up to this */
@@ -233,7 +245,7 @@ static inline int st_live(unsigned s) { return s >= ST_LIVE && s != ST_NONE; }
 static inline fm_st st_load(const fm_st *s) { return __atomic_load_n(s, __ATOMIC_RELAXED); }
 static inline void st_store(fm_st *s, fm_st v) { __atomic_store_n(s, v, __ATOMIC_RELAXED); }
 enum { RUN_FREE = 1, RUN_SPAN = 2, RUN_LARGE = 3, RUN_ARENA = 4 };    /* struct fm_run's kind */
-enum { RUN_DIRTY = 1, RUN_WARM = 2 };                  /* struct fm_run's flags */
+enum { RUN_DIRTY = 1, RUN_WARM = 2, RUN_QUEUED = 4 };  /* struct fm_run's flags */
 
 _Static_assert(FM_CLASS_MAX < 255, "class ids + 1 fit in the page map's byte");
 _Static_assert(FM_SPAN_BLOCKS / 64 / 8 <= 8, "the free-group summary fits in 64 bytes");
@@ -360,7 +372,8 @@ struct fm_run {
   uint32_t len;        /* chunks in the run */
   uint8_t kind;        /* RUN_FREE, RUN_SPAN, RUN_LARGE, RUN_ARENA */
   uint8_t cls;
-  uint16_t flags;      /* spans: RUN_DIRTY when a chunk held pages at the span's making; free runs: RUN_WARM, listed with those that may hold pages */
+  uint16_t flags;      /* spans: RUN_DIRTY when a chunk held pages at the span's making; free runs: RUN_WARM, listed with
+                          those that may hold pages, RUN_QUEUED, in the release FIFO (it has pages it may give back) */
   uint32_t head;       /* in a run's last chunk: index of its first */
   uint32_t next, prev; /* free runs: TLSF list; spans: bucket list; arena runs: chain (chunk index + 1) */
   uint32_t older, newer;  /* free runs with pages: the release FIFO (chunk index + 1) */
@@ -384,6 +397,8 @@ struct fm_chunk {
 } sector_aligned;
 _Static_assert(sizeof(struct fm_chunk) == FM_SECTOR, "a chunk's records are a sector");
 
+enum { HUGE_AUTO, HUGE_OFF, HUGE_TLB };   /* struct fm_options's huge */
+
 /* Settings, read once from the environment (options.c). */
 struct fm_options {
   size_t pool;              /* 0: physical memory, halved until the reservation succeeds */
@@ -397,6 +412,8 @@ struct fm_options {
   size_t retain;
   uint32_t retain_delay;    /* FLATMALLOC_RETAIN_DELAY: ms the recent peak in use stays in the budget */
   bool prefault, stats, check;
+  uint8_t huge;             /* FLATMALLOC_HUGEPAGES (glibc.malloc.hugetlb): HUGE_AUTO, HUGE_OFF or HUGE_TLB */
+  bool huge_strict;         /* HUGE_TLB asked by FLATMALLOC_HUGEPAGES: stop when the reserved pages cannot hold the pool */
   int perturb;              /* glibc's perturb byte (MALLOC_PERTURB_, mallopt(M_PERTURB)); 0: off (slow.c) */
   const char *profile;      /* FLATMALLOC_PROFILE: record request sizes into this path's FILE.PID */
   const char *heap;         /* FLATMALLOC_HEAP: heap profiles of sampled stacks into FILE.PID (heap.c) */
@@ -434,6 +451,10 @@ struct fm_pool {
   struct fm_slot *inbox;     /* their inboxes, inbox_n slots each */
   void *arenas;              /* the arenas' records, FM_ARENA_REC bytes each, 64-aligned (arena.c) */
   uint32_t inbox_n;          /* a power of two: 1/64 of the pool for all, within [FM_OUTBOX, FM_INBOX_MAX] */
+  uint32_t huge_chunks;      /* chunks in a huge page where the heap lies on them (pool.c), 0: base pages only */
+  uint32_t huge_from;        /* the first chunk on huge pages (one starts there) */
+  bool hugetlb;              /* the pool is the kernel's reserved huge pages (FLATMALLOC_HUGEPAGES=hugetlb) */
+  uintptr_t huge_table;      /* the chunks' records lie on huge pages from this address on (0: none) */
   _Atomic uint32_t tags_used;
   _Atomic uint32_t tags_free;     /* unused tags waiting in tcache.c's FIFO */
   _Atomic uint32_t caches_live;   /* threads holding a cache: they share tc_total */

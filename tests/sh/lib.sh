@@ -132,7 +132,7 @@ fm_stats_verify() {
         if (state[pid] != "large") bad("arenas line out of place")
         next
       }
-      if (rest ~ /^pool reserved=[0-9]+ in_use=[0-9]+ peak=[0-9]+ free_with_pages=[0-9]+ committed=[0-9]+ returned=[0-9]+$/) {
+      if (rest ~ /^pool reserved=[0-9]+ in_use=[0-9]+ peak=[0-9]+ free_with_pages=[0-9]+ committed=[0-9]+ returned=[0-9]+ huge=[0-9]+$/) {
         if (state[pid] != "large") bad("pool line without a large line before it")
         split(f[2], a, "="); split(f[3], u, "="); split(f[4], pk, "="); split(f[6], b, "=")
         if (a[2] + 0 <= 0) bad("pool reserved is zero")

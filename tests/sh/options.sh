@@ -222,7 +222,7 @@ reject_exact 'flatmalloc: FLATMALLOC_STATS=1\n\t\x1b[31m\r\\\x7f\xc3\xa9: expect
   $'FLATMALLOC_STATS=1\n\t\x1b[31m\r\\\x7f\xc3\xa9'
 reject_exact 'flatmalloc: FLATMALLOC_POOL=\n\nflatmalloc: all good\n: not a size (expected a number with an optional K, M, G or T suffix)' \
   $'FLATMALLOC_POOL=\n\nflatmalloc: all good\n'
-reject_exact 'flatmalloc: FLATMALLOC_\x1b]0;x\x07=1: unknown setting (known: FLATMALLOC_POOL, FLATMALLOC_CLASSES, FLATMALLOC_LARGE, FLATMALLOC_RETAIN, FLATMALLOC_RETAIN_DELAY, FLATMALLOC_PREFAULT, FLATMALLOC_STATS, FLATMALLOC_CHECK, FLATMALLOC_PROFILE, FLATMALLOC_HEAP, FLATMALLOC_HEAP_SAMPLE, FLATMALLOC_HEAP_SIGNAL)' \
+reject_exact 'flatmalloc: FLATMALLOC_\x1b]0;x\x07=1: unknown setting (known: FLATMALLOC_POOL, FLATMALLOC_CLASSES, FLATMALLOC_LARGE, FLATMALLOC_RETAIN, FLATMALLOC_RETAIN_DELAY, FLATMALLOC_PREFAULT, FLATMALLOC_HUGEPAGES, FLATMALLOC_STATS, FLATMALLOC_CHECK, FLATMALLOC_PROFILE, FLATMALLOC_HEAP, FLATMALLOC_HEAP_SAMPLE, FLATMALLOC_HEAP_SIGNAL)' \
   $'FLATMALLOC_\x1b]0;x\x07=1'
 # escaping counts the value's bytes, not the line's: 64 control bytes show as 256 characters, then ...
 esc64=$(printf '\\x01%.0s' {1..64})

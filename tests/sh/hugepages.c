@@ -1,0 +1,92 @@
+/* tests/sh/hugepages.sh's program: a heap of 64 B blocks, freed in random order.
+ *
+ *   hugepages MIB   fills MIB MiB of 64 B blocks (each written), frees a random half, then the
+ *                   rest, then calls malloc_trim(0); after each step prints
+ *                   "STEP rss_kib huge_kib pool_huge_kib" (filled, half, all, trimmed: Rss and
+ *                   AnonHugePages + Private_Hugetlb from /proc/self/smaps_rollup, and the pool's
+ *                   bytes on huge pages from flatmalloc_stats_json when flatmalloc is preloaded,
+ *                   else -1). The index of blocks is mmap'd, outside every allocator, and
+ *                   checked: each block keeps its own tag until freed.
+ *   hugepages 0     prints "small ..." after one malloc of 100 bytes. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <malloc.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+static long rollup(const char *name) {
+  FILE *f = fopen("/proc/self/smaps_rollup", "r");
+  char line[256];
+  long v = 0;
+  size_t n = strlen(name);
+  if (!f) {
+    perror("smaps_rollup");
+    exit(2);
+  }
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, name, n)) v += atol(line + n);
+  fclose(f);
+  return v;
+}
+
+/* The "huge" figure of flatmalloc's statistics, in KiB; -1 without flatmalloc. */
+static long pool_huge(void) {
+  size_t (*json)(char *, size_t) = (size_t (*)(char *, size_t))dlsym(RTLD_DEFAULT, "flatmalloc_stats_json");
+  static char buf[1 << 16];
+  if (!json) return -1;
+  json(buf, sizeof buf);
+  const char *h = strstr(buf, "\"huge\":");
+  return h ? atol(h + 7) / 1024 : -2;
+}
+
+static void report(const char *step) {
+  long rss = rollup("Rss:"), huge = rollup("AnonHugePages:") + rollup("Private_Hugetlb:");
+  printf("%s %ld %ld %ld\n", step, rss, huge, pool_huge());
+  fflush(stdout);
+}
+
+static void free_checked(uint64_t **p, size_t i) {
+  if (p[i][0] != i || p[i][7] != ~(uint64_t)i) {
+    fprintf(stderr, "block %zu damaged\n", i);
+    exit(3);
+  }
+  free(p[i]);
+}
+
+int main(int argc, char **argv) {
+  size_t mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 256, n = (mib << 20) / 64;
+  if (!n) {
+    void *volatile q = malloc(100);
+    report("small");
+    free(q);
+    return 0;
+  }
+  uint64_t **p = mmap(NULL, n * sizeof *p, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  size_t *order = mmap(NULL, n * sizeof *order, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED || order == MAP_FAILED) return 2;
+  for (size_t i = 0; i < n; i++) {
+    if (!(p[i] = malloc(64))) {
+      fprintf(stderr, "malloc failed at %zu\n", i);
+      return 1;
+    }
+    for (unsigned k = 0; k < 8; k++) p[i][k] = k == 7 ? ~(uint64_t)i : i;
+    order[i] = i;
+  }
+  report("filled");
+  uint64_t x = 88172645463325252ull;
+  for (size_t i = n - 1; i > 0; i--) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    size_t j = x % (i + 1), t = order[i];
+    order[i] = order[j], order[j] = t;
+  }
+  for (size_t i = 0; i < n / 2; i++) free_checked(p, order[i]);
+  report("half");
+  for (size_t i = n / 2; i < n; i++) free_checked(p, order[i]);
+  report("all");
+  malloc_trim(0);
+  report("trimmed");
+  return 0;
+}

@@ -7,13 +7,11 @@
  * their classes (remote_send, remote_orphans). One thread at a time takes a tag's blocks: its holder, an adopter or a
  * drainer, whichever holds the tag's `taking` flag. Above class.c, below tcache.c, which puts
  * what the holder, an adopter and the sender of a tag no thread holds take into their caches. */
-#include <linux/membarrier.h>
 #include <sched.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "internal.h"
+#include "os.h"
 
 /* ---- slots and links -------------------------------------------------------------------- */
 /* A block another thread freed waits in its tag's inbox, a ring of slots (the block's address
@@ -195,7 +193,7 @@ void remote_setup(void) {
   /* not in the real-time profile (a system call on the allocation path), nor under a Valgrind
    * tool (every call is on the slow path and one at a time there anyway) */
   if (fm_pool.realtime || fm_pool.valgrind) return;
-  __atomic_store_n(&barrier_ok, syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&barrier_ok, os_membarrier(true), __ATOMIC_RELAXED);
 }
 
 /* Starts taking the blocks that wait for tag t, not being its holder, into *a: when t's holder
@@ -213,7 +211,7 @@ bool remote_adopt_begin(struct fm_tag *t, struct remote_adoption *a) {
   uint32_t end = head;
   while (end - head < fm_pool.inbox_n && atomic_load_explicit(&inbox(t)[end & mask].p, memory_order_acquire)) end++;
   if (h && end - head >= at) {
-    if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0) {
+    if (os_membarrier(false)) {
       *a = (struct remote_adoption){t, end, __atomic_load_n(&h->busy, __ATOMIC_ACQUIRE)};
       return true;
     }

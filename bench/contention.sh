@@ -8,6 +8,7 @@
 #
 #   bench/contention.sh                       T = 1 2 64 300 1000 4000, 3 repetitions
 #   bench/contention.sh --threads "2 400" --reps 5 --ops 1000000 --allocators glibc,flatmalloc
+#   bench/contention.sh --load 2             with two busy processes beside every run (fm_load_start)
 #
 # Medians go to stdout as a table; raw.csv to bench/results/contention-<date>/. Each run has a
 # 40 s limit (a run past it counts as failed and is shown as "-"). --ops is per thread up to 256
@@ -21,18 +22,20 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../scripts/lib.sh
 . "$here/../scripts/lib.sh"
 
-threads="1 2 64 300 1000 4000" reps=3 ops=400000 allocs_arg=''
+threads="1 2 64 300 1000 4000" reps=3 ops=400000 allocs_arg='' load=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --threads) threads=$2; shift ;;
     --reps) reps=$2; shift ;;
     --ops) ops=$2; shift ;;
     --allocators) allocs_arg=$2; shift ;;
+    --load) load=$2; shift ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2; exit 2 ;;
     *) echo "contention: unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
+[ "$load" -ge 0 ] 2>/dev/null || { echo "contention: --load needs a number >= 0" >&2; exit 2; }
 
 fm_need_packages libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 >&2
 fm_build_lib >&2
@@ -50,8 +53,11 @@ allocs=("${all_allocs[@]}")
 out=$fm_top/bench/results/contention-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
 echo "rep,threads,mode,allocator,mops,rss_kb,hwm_kb,xcpu_ns,xcpu_after_ns" >"$out/raw.csv"
-{ uptime; nproc; } >"$out/machine.txt"
+{ uptime; nproc; echo "load: $load busy processes during the runs (--load)"; } >"$out/machine.txt"
 echo "contention: load $(cut -d' ' -f1-3 /proc/loadavg), results in $out" >&2
+
+trap fm_load_stop EXIT
+fm_load_start "$load"
 
 for r in $(seq 1 "$reps"); do
   for t in $threads; do
@@ -69,6 +75,7 @@ for r in $(seq 1 "$reps"); do
   done
 done
 
+fm_load_stop
 echo "threads,mode,calls,locks,waits,shared_rmw,heap_locks" >"$out/counters.csv"
 for t in $threads; do
   for mode in own xchg; do

@@ -7,7 +7,9 @@
 #
 #   bench/mibench.sh --src DIR                       every program, 5 repetitions (~40 min on 2 cores)
 #   bench/mibench.sh --src DIR --reps 1 --only larsonN,xmalloc-testN --allocators glibc,flatmalloc
+#   bench/mibench.sh --src DIR --load 2             the same with two busy processes beside every run
 #   options: --reps N (5)  --only P1,P2  --allocators A,B  --timeout SECS (300, per run)  --out DIR
+#            --load N (0: busy processes running through the whole measurement, fm_load_start)
 #            --list (the programs and their commands, then exit)
 #
 # The score is the wall time, except where bench.sh takes the program's own figure and turns it
@@ -28,7 +30,7 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BA
 log() { echo "mibench: $*" >&2; }
 die() { log "$*"; exit 2; }
 
-src='' reps=5 only='' allocs_arg='' limit=300 out='' list=0
+src='' reps=5 only='' allocs_arg='' limit=300 out='' list=0 load=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --src) src=$2; shift ;;
@@ -37,6 +39,7 @@ while [ $# -gt 0 ]; do
     --allocators) allocs_arg=$2; shift ;;
     --timeout) limit=$2; shift ;;
     --out) out=$2; shift ;;
+    --load) load=$2; shift ;;
     --list) list=1 ;;
     -h|--help) usage ;;
     *) log "unknown option $1"; usage ;;
@@ -46,6 +49,7 @@ done
 [ -n "$src" ] || { log "--src DIR is required (a mimalloc-bench checkout or its git dir)"; usage; }
 [ "$reps" -ge 1 ] 2>/dev/null || die "--reps needs a number >= 1"
 [ "$limit" -ge 1 ] 2>/dev/null || die "--timeout needs a number of seconds >= 1"
+[ "$load" -ge 0 ] 2>/dev/null || die "--load needs a number >= 0"
 
 # ---------- the programs ----------
 # As bench.sh runs them ("procs" is nproc). sh6bench and sh8bench are left out: their sources are
@@ -232,6 +236,7 @@ echo "rep,program,allocator,time_s,wall_s,rss_kb,rc,load1,xcpu_ns,xcpu_after_ns"
   echo "mimalloc-bench: $src_id"
   echo "compilers: $(gcc --version | head -n 1); flags: ${cflags[*]} / ${cxxflags[*]}"
   echo "reps: $reps, timeout: ${limit}s, programs: ${runnable[*]}"
+  echo "load: $load busy processes during the runs (--load)"
   for a in "${allocs[@]}"; do echo "allocator: $a ${LIB[$a]:-(none: glibc)}"; done
 } >"$out/machine.txt"
 log "load $(cut -d' ' -f1-3 /proc/loadavg), results in $out"
@@ -239,7 +244,7 @@ log "load $(cut -d' ' -f1-3 /proc/loadavg), results in $out"
 # ---------- runs ----------
 # Each run starts in an empty directory of its own (rptest writes a file where it runs).
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'fm_load_stop; rm -rf "$tmp"' EXIT
 failures=0
 run_one() { # run_one REP PROGRAM ALLOCATOR
   local rep=$1 p=$2 a=$3 rc=0 wall='' kb='' t=''
@@ -263,6 +268,7 @@ run_one() { # run_one REP PROGRAM ALLOCATOR
   echo "$rep,$p,$a,$t,$wall,$kb,$rc,$load,$xb,$xa" >>"$raw"
 }
 
+fm_load_start "$load"
 t0=$(date +%s)
 for rep in $(seq 1 "$reps"); do
   for p in "${runnable[@]}"; do
@@ -272,6 +278,7 @@ for rep in $(seq 1 "$reps"); do
   done
   log "repetition $rep of $reps done ($(( $(date +%s) - t0 )) s)"
 done
+fm_load_stop
 
 # ---------- report ----------
 python3 - "$raw" <<'EOF' | tee "$out/tables.txt"

@@ -65,3 +65,21 @@ fm_xcpu() {
   [ -x "$fm_build/bench/scale" ] || return 0
   "$fm_build/bench/scale" xcpu 2>/dev/null | sed -n 's/^xcpu,round_trip_ns,//p' || true
 }
+
+# fm_load_start N : starts N busy processes (a shell loop each, at the caller's priority) so that
+# a measurement sees a loaded machine the same way each time; fm_load_stop ends them (by their
+# ids). bench/mibench.sh and bench/contention.sh take --load N.
+fm_load_pids=()
+fm_load_start() {
+  local i
+  for ((i = 0; i < $1; i++)); do
+    bash -c 'while :; do :; done' &
+    fm_load_pids+=($!)
+  done
+}
+fm_load_stop() {
+  local p
+  for p in "${fm_load_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${fm_load_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  fm_load_pids=()
+}

@@ -34,11 +34,13 @@ static struct fm_blk *xfer_of(const struct fm_class *k, const struct fm_shard *h
 static void xfer_set(struct fm_shard *h, uint32_t n) { __atomic_store_n(&h->xfer_n, n, __ATOMIC_RELAXED); }
 
 /* Shard sh of class k, locked; when another thread holds its lock (and may have been preempted
- * holding it), the other shard of the same CPU if that one is free. */
+ * holding it), the first of the others, from sh's sibling on, that is free; only when every
+ * shard's lock is held does it wait, for sh's. */
 static struct fm_shard *shard_lock(struct fm_class *k, unsigned sh) {
   struct fm_shard *h = &k->sh[sh];
   if (fm_trylock(&h->lock)) return h;
-  if (fm_pool.nshards > 1 && fm_trylock(&k->sh[sh ^ 1].lock)) return &k->sh[sh ^ 1];
+  for (unsigned i = 1; i < fm_pool.nshards; i++)
+    if (fm_trylock(&k->sh[sh ^ i].lock)) return &k->sh[sh ^ i];
   fm_count(CNT_WAIT);
   fm_lock(&h->lock);
   return h;
@@ -403,12 +405,9 @@ static uint32_t give_run(const struct fm_class *k, uint64_t e, const struct fm_b
   return i;
 }
 
-/* Takes back n CACHED blocks of class c from a thread of shard sh: they go to the shard's (or
- * its sibling's) transfer cache while it has room, else to the blocks' spans, each under the
- * lock of its span's shard. Blocks of one span in a row share its look-ups (a batch freed in
- * allocation order is mostly such runs). */
 /* Takes back n CACHED blocks of class c into their spans, each under the lock of its span's
- * shard (none held on entry). */
+ * shard (none held on entry). Blocks of one span in a row share its look-ups (a batch freed in
+ * allocation order is mostly such runs). */
 static void give_spans(struct fm_class *k, unsigned c, const struct fm_blk *b, uint32_t n) {
   struct fm_shard *h = NULL;
   for (uint32_t i = 0, j; i < n; i = j) {
@@ -431,9 +430,9 @@ static void give_spans(struct fm_class *k, unsigned c, const struct fm_blk *b, u
   if (h) fm_unlock(&h->lock);
 }
 
-/* Takes back n CACHED blocks of class c from a thread of shard sh: they go to the shard's (or
- * its sibling's) transfer cache while it has room, else to the blocks' spans. Blocks of one
- * span in a row share its look-ups (a batch freed in allocation order is mostly such runs). */
+/* Takes back n CACHED blocks of class c from a thread of shard sh: they go to the transfer
+ * cache of the shard shard_lock gives (sh's, or another free one while sh's lock is held)
+ * while it has room, else to the blocks' spans. */
 void class_give(unsigned c, unsigned sh, const struct fm_blk *b, uint32_t n) {
   struct fm_class *k = &fm_pool.cls[c];
   struct fm_shard *h = &k->sh[sh];

@@ -44,6 +44,8 @@ static always_inline void fm_free_as(void *ptr, size_t size, unsigned call) {
     __builtin_prefetch(st, 1);   /* for writing (x86: prefetchw): another thread's block's state is compare-exchanged next */
     struct fm_tcache *tc = fm_tc;
     struct fm_blk *top = tc->top[c1];
+    __atomic_store_n(&tc->busy, st, __ATOMIC_RELEASE);   /* published before it is loaded (remote.c's adoption) */
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
     if (likely((uint64_t)m < magic && *st == tc->own && top < tc->lim[c1])) {   /* plain: its owner is the only writer */
       st_store(st, ST_CACHED);
       top->p = ptr;

@@ -136,6 +136,24 @@ struct class_stats { uint64_t out, peak, spans, spans_peak, reserve, borrows, ex
 hidden void class_stats(unsigned c, struct class_stats *s);
 hidden int class_check(unsigned c);
 
+/* remote.c: blocks freed for another tag's holder, on their way home. Its entries (struct
+ * fm_blk, as inbox slots hold them) carry the block's class in the address's top bits. */
+static inline uintptr_t remote_entry(const void *p, unsigned c) { return (uintptr_t)p | (uintptr_t)(c + 1) << FM_SLOT_CLASS; }
+static inline void *remote_block(uintptr_t v) { return (void *)(v & (((uintptr_t)1 << FM_SLOT_CLASS) - 1)); }
+static inline unsigned remote_class(uintptr_t v) { return (unsigned)(v >> FM_SLOT_CLASS) - 1u; }
+hidden void remote_setup(void);
+hidden bool remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n, unsigned shard);   /* true: b CACHED, the sender's */
+hidden uint32_t remote_take(struct fm_tag *t, struct fm_blk *b, uint32_t most);   /* t's holder: CACHED into b */
+struct remote_adoption { struct fm_tag *t; uint32_t end; const fm_st *busy; };   /* not t's holder: */
+hidden bool remote_adopt_begin(struct fm_tag *t, struct remote_adoption *a);
+hidden uint32_t remote_adopt_take(struct remote_adoption *a, struct fm_blk *b, uint32_t most);   /* CACHED into b */
+hidden void remote_adopt_end(struct remote_adoption *a);
+hidden bool remote_behind(const struct fm_tag *t);   /* blocks wait on t's remote stack */
+hidden void remote_orphans(struct fm_tag *t, unsigned shard);
+hidden bool remote_hold(struct fm_tag *t, struct fm_tcache *tc);
+hidden void remote_release(struct fm_tag *t, unsigned shard);
+hidden void remote_after_fork(struct fm_tag *mine, uint32_t used);
+
 /* tcache.c: thread caches */
 hidden void tcache_setup(void);
 hidden void *tcache_alloc(unsigned c, bool borrow, bool *zero);   /* zero: NULL or told whether it reads as zero */

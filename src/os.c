@@ -1,4 +1,4 @@
-/* The only file that calls mmap, madvise, mincore, getrandom, getrlimit, getauxval,
+/* The only file that calls mmap, madvise, mincore, membarrier, getrandom, getrlimit, getauxval,
  * sched_getaffinity, sched_getcpu and clock_gettime, and reads the kernel's memory settings. */
 #include "os.h"
 
@@ -7,10 +7,12 @@
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <linux/membarrier.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/sysinfo.h>
 #include <time.h>
 #include <unistd.h>
@@ -276,6 +278,13 @@ long os_read(int fd, char *buf, size_t n) {
   while ((r = read(fd, buf, n)) < 0 && errno == EINTR) {}
   errno = saved;
   return (long)r;
+}
+
+bool os_membarrier(bool register_only) {
+  int saved = errno;
+  bool ok = syscall(SYS_membarrier, register_only ? MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED : MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+  errno = saved;
+  return ok;
 }
 
 void os_on_signal(int sig, void (*fn)(int)) {

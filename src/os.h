@@ -74,6 +74,10 @@ hidden void os_close(int fd);
 hidden int os_open_read(const char *path);
 /* Reads up to n bytes (retrying on EINTR); 0 at the end, -1 on failure. Keeps errno. */
 hidden long os_read(int fd, char *buf, size_t n);
+/* membarrier(2) for the process's threads: register for the expedited command (register
+ * true), or run it: every thread of the process that runs now executes a full barrier before
+ * this returns. False when the kernel refuses (unregistered, too old). Keeps errno. */
+hidden bool os_membarrier(bool register_only);
 /* Runs fn on signal sig (SA_RESTART). Async-signal-safe callers only. */
 hidden void os_on_signal(int sig, void (*fn)(int));
 /* The current directory into buf; false when it does not fit or cannot be read. */

@@ -1,6 +1,6 @@
 /* Thread caches: the slow paths behind fast.h (refill, flush, another thread's block), owner
- * tags and the inboxes that take blocks home, the budget on what caches hold, caches in
- * and out (thread start and exit). */
+ * tags (their blocks' way home is remote.c's), the budget on what caches hold, caches in and
+ * out (thread start and exit). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -123,12 +123,16 @@ static void bin_widen(struct fm_tcache *tc, unsigned c) {
   tc->row[c1] = (uint16_t)fm_pool.cls[c].bin_max;
 }
 
-/* The shard a refill or flush uses now: one of the two (by salt) of the CPU the thread runs on
- * (check.c's native calls must not read the thread's storage, where glibc keeps the CPU). While
- * one thread holds a cache there is no one to share a lock with, and a thread that the kernel
- * moves between CPUs would spread its heap over every CPU's shards: it keeps to the first two. */
+/* The shard a refill or flush uses now. While no more threads hold a cache than a class has
+ * shards, the thread's own (by salt, given out in turn): threads then share no span and no
+ * line of states, wherever the kernel moves them (by the CPU they ran on at a refill, two
+ * threads that had swapped CPUs on a busy machine refilled from one shard, and each free then
+ * wrote a line the other wrote too). With more, one of the two (by salt) of the CPU the thread
+ * runs on (check.c's native calls must not read the thread's storage, where glibc keeps the
+ * CPU: they keep to the first two). */
 static unsigned shard_at(unsigned salt) {
-  if (fm_pool.native || atomic_load_explicit(&fm_pool.caches_live, memory_order_relaxed) <= 1) return salt & 1;
+  if (fm_pool.native) return salt & 1;
+  if (atomic_load_explicit(&fm_pool.caches_live, memory_order_relaxed) <= fm_pool.nshards) return salt & (fm_pool.nshards - 1);
   return (os_cpu() * 2 + (salt & 1)) & (fm_pool.nshards - 1);
 }
 
@@ -214,199 +218,65 @@ static void work_note(struct fm_tcache *tc) {
   tc->moved = 0;
 }
 
-/* ---- inboxes and remote stacks ---------------------------------------------------------- */
-/* A block another thread freed waits in its owner tag's inbox, a ring of slots (the block's
- * address and class, its state's address): a freeing thread reserves slots by moving the tail
- * (one compare-exchange for a whole outbox) and writes them; the holder takes them from the
- * head, in order, and stops at a slot reserved but not yet written. A slot is zeroed when
- * taken, before the head passes it, so a reservation always finds its slots empty. When the
- * inbox is full the blocks go on the tag's remote stack, linked through their first words: the
- * link, and a hint (the block FM_AHEAD on, for the drain to fetch early). Each word is masked
- * with its own keyed mix of the block's own address (struct link_masks), and no word holds a
- * value a reader could know: the end of the stack and a hint past the end of a batch are
- * LINK_END, a per-process value that is no address. So one read of a freed block gives no
- * address and no mask (at 85c21b6 the two masks were m and ~m and the hint past a batch's end
- * 0: such a block gave its mask and its link in plain), and the owner checks every entry's
- * state before it trusts the link. */
-#define INBOX_HOLE 1u   /* a slot a fork's other threads reserved and will never write */
-
-/* Tag t's inbox; slot i (any count: the ring wraps) is inbox(t)[i & (fm_pool.inbox_n - 1)]. */
-static struct fm_slot *inbox(const struct fm_tag *t) { return fm_pool.inbox + (size_t)(t - fm_pool.tags) * fm_pool.inbox_n; }
-
-/* A block's address with its class in the top bits, as an inbox slot holds it; and back. */
-static uintptr_t slot_p(const void *p, unsigned c) { return (uintptr_t)p | (uintptr_t)(c + 1) << FM_SLOT_CLASS; }
-static void *slot_block(uintptr_t v) { return (void *)(v & (((uintptr_t)1 << FM_SLOT_CLASS) - 1)); }
-
-/* The masks of a block's two words: one keyed mix of its address, two multipliers. */
-struct link_masks {
-  uintptr_t link, hint;
-};
-static struct link_masks masks(const void *p) {
-  uint64_t x = ((uintptr_t)p ^ fm_pool.key) * 0x9e3779b97f4a7c15ull;
-  x ^= x >> 29;
-  uint64_t a = x * fm_pool.link_key, b = x * (fm_pool.key | 1);
-  return (struct link_masks){a ^ a >> 32, b ^ b >> 32};
-}
-/* The end of a stack or of a batch's hints: random, bit 63 set (no address), per process. */
-#define LINK_END ((fm_pool.link_key ^ fm_pool.key) | (uintptr_t)1 << 63)
-
+/* ---- blocks other threads freed, home (remote.c) ------------------------------------------ */
 static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st);
 
-static uintptr_t pending(const struct fm_tag *t) { return __atomic_load_n(&t->pending, __ATOMIC_RELAXED); }
-
-/* REMOTE block p comes home: CACHED, into to's cache, or with to NULL straight to its class. */
-static void remote_home(struct fm_tcache *to, void *p, int c, fm_st *st) {
-  if (st_load(st) != ST_REMOTE) fault_stop("double free (by two threads at once)", p, c);
-  st_store(st, ST_CACHED);
-  if (to && fm_pool.realtime && to->top[c + 1] >= to->lim[c + 1]) to = NULL;   /* no flush inside a refill */
-  if (to) put(to, p, (unsigned)c, st);
-  else class_give((unsigned)c, shard_at(0), &(struct fm_blk){p, st}, 1);
-}
-
-/* The cache lines a drain of the remote stack will want of block p (a hint: p may be
- * anything): its state's and its first two words'. */
-static void drain_prefetch(uintptr_t p) {
-  fm_st *st;
-  if (class_find((void *)p, &st) < 0) return;
-  __builtin_prefetch(st, 1);
-  __builtin_prefetch((void *)p);
-}
-
-/* Takes up to `most` blocks of tag t's inbox home; returns how many. The states of the blocks
- * FM_AHEAD slots on are fetched meanwhile: their lines are most likely in the freeing thread's
- * cache, and each would otherwise be waited for in turn. */
-static uint32_t inbox_take(struct fm_tag *t, struct fm_tcache *to, uint32_t most) {
-  struct fm_slot *box = inbox(t);
-  uint32_t mask = fm_pool.inbox_n - 1, head = atomic_load_explicit(&t->head, memory_order_relaxed), n = 0;
-  for (; n < most; n++, head++) {
-    struct fm_slot *slot = &box[head & mask];
-    uintptr_t v = atomic_load_explicit(&slot->p, memory_order_acquire);
-    if (!v) break;
-    atomic_store_explicit(&slot->p, 0, memory_order_relaxed);
-    if (v == INBOX_HOLE) continue;
-    __builtin_prefetch(__atomic_load_n(&box[(head + FM_AHEAD) & mask].st, __ATOMIC_RELAXED), 1);   /* a hint: 0 or stale is harmless */
-    remote_home(to, slot_block(v), (int)(v >> FM_SLOT_CLASS) - 1, slot->st);
-  }
-  if (n) atomic_store_explicit(&t->head, head, memory_order_release);
-  return n;
-}
-
-/* Takes up to `most` blocks of tag t's remote stack home. */
-static uint32_t stack_take(struct fm_tag *t, struct fm_tcache *to, uint32_t most) {
-  uint32_t left = most;
-  if (!pending(t)) {
-    if (!atomic_load_explicit(&t->remote, memory_order_relaxed)) return 0;
-    fm_count(CNT_RMW);
-    __atomic_store_n(&t->pending, atomic_exchange_explicit(&t->remote, 0, memory_order_acquire), __ATOMIC_RELAXED);
-  }
-  for (; left && pending(t); left--) {
-    void *p = (void *)pending(t);
-    fm_st *st;
-    int c = class_find(p, &st);
-    if (c < 0) fault_stop("a block freed by another thread was damaged (written after free)", p, class_at(p));
-    struct link_masks m = masks(p);
-    uintptr_t next = *(uintptr_t *)p ^ m.link;   /* p starts a block: its link may be read (and waited on) while its state is */
-    if (next == LINK_END) next = 0;
-    drain_prefetch(((uintptr_t *)p)[1] ^ m.hint);   /* LINK_END: in no span, not fetched */
-    remote_home(to, p, c, st);                   /* (a state not REMOTE stops here, before the link is followed) */
-    __atomic_store_n(&t->pending, next, __ATOMIC_RELAXED);
-  }
-  return most - left;
-}
-
-/* Takes up to `most` blocks of tag t home (inbox first): into to's caches, or with to NULL
- * straight to their classes. */
-static void remote_collect(struct fm_tag *t, struct fm_tcache *to, uint32_t most) {
-  uint32_t n = inbox_take(t, to, most);
-  if (n < most) n += stack_take(t, to, most - n);
-  to->moved += n;
-}
-
-/* Whether blocks of tag t wait on its remote stack: its inbox overflowed, its holder is behind
- * (each block there costs the holder a miss to take, and while they wait every send finds the
- * inbox full again). */
-static bool remote_behind(const struct fm_tag *t) { return pending(t) || atomic_load_explicit(&t->remote, memory_order_relaxed); }
-
-/* Whether tag t has blocks waiting (a slot reserved and not yet written counts). */
-static bool remote_waiting(const struct fm_tag *t) {
-  return remote_behind(t) ||
-         atomic_load_explicit(&t->tail, memory_order_relaxed) != atomic_load_explicit(&t->head, memory_order_relaxed);
-}
-
-/* A tag no thread holds has no owner to take its blocks home: whoever finds blocks there
- * drains it, one thread at a time, and the next thread to hold the tag waits for that to end.
- * (Each side writes, then reads what the other writes: sequentially consistent.) A slot
- * reserved and not yet written is waited for: its writer is a few instructions from writing it,
- * and may have looked at `live` before it turned 0. */
-static void remote_orphans(struct fm_tag *o) {
-  while (!atomic_load(&o->live) && remote_waiting(o)) {
-    if (atomic_exchange(&o->draining, 1)) return;   /* the drainer looks again when it is done */
-    if (!atomic_load(&o->live)) {
-      for (;;) {
-        if (inbox_take(o, NULL, UINT32_MAX)) continue;
-        if (atomic_load(&o->tail) == atomic_load(&o->head)) break;
-        sched_yield();   /* a slot reserved and not yet written */
-      }
-      while (pending(o) || atomic_load_explicit(&o->remote, memory_order_relaxed)) stack_take(o, NULL, UINT32_MAX);
-    }
-    atomic_store(&o->draining, 0);
+/* Blocks b[0..n) (CACHED, as remote.c's entries hold them) go into to's caches; in the
+ * real-time profile a full bin's go to the class instead (no flush inside a refill). */
+static void home_all(struct fm_tcache *to, const struct fm_blk *b, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    void *p = remote_block((uintptr_t)b[i].p);
+    unsigned c = remote_class((uintptr_t)b[i].p);
+    if (fm_pool.realtime && to->top[c + 1] >= to->lim[c + 1]) class_give(c, shard_now(to), &(struct fm_blk){p, b[i].st}, 1);
+    else put(to, p, c, b[i].st);
   }
 }
 
-/* Sends n REMOTE blocks b[] (their addresses as slot_p) to owner's inbox, or, when it has no
- * room for them, chains them on its remote stack in one push. */
-static void remote_send(struct fm_tag *owner, const struct fm_blk *b, uint32_t n) {
-  uint32_t tail = atomic_load_explicit(&owner->tail, memory_order_relaxed);
-  for (;;) {
-    uint32_t head = atomic_load_explicit(&owner->head, memory_order_acquire);
-    if (tail + n - head > fm_pool.inbox_n) {
-      for (uint32_t j = 0; j < n; j++) {   /* a link, and a hint of the block FM_AHEAD on for the drain to fetch early */
-        uintptr_t *w = slot_block((uintptr_t)b[j].p);
-        struct link_masks m = masks(w);
-        if (j + 1 < n) w[0] = (uintptr_t)slot_block((uintptr_t)b[j + 1].p) ^ m.link;
-        w[1] = (j + FM_AHEAD < n ? (uintptr_t)slot_block((uintptr_t)b[j + FM_AHEAD].p) : LINK_END) ^ m.hint;
-      }
-      uintptr_t *last = slot_block((uintptr_t)b[n - 1].p), h = atomic_load_explicit(&owner->remote, memory_order_relaxed);
-      uintptr_t last_mask = masks(last).link;
-      do {
-        fm_count(CNT_RMW);
-        *last = (h ? h : LINK_END) ^ last_mask;
-      } while (!atomic_compare_exchange_weak(&owner->remote, &h, (uintptr_t)slot_block((uintptr_t)b[0].p)));
-      break;
-    }
-    fm_count(CNT_RMW);
-    if (atomic_compare_exchange_weak_explicit(&owner->tail, &tail, tail + n, memory_order_relaxed, memory_order_relaxed)) {
-      struct fm_slot *box = inbox(owner);
-      uint32_t mask = fm_pool.inbox_n - 1;
-      for (uint32_t j = 0; j < n; j++) {
-        struct fm_slot *slot = &box[(tail + j) & mask];
-        __atomic_store_n(&slot->st, b[j].st, __ATOMIC_RELAXED);
-        atomic_store_explicit(&slot->p, (uintptr_t)b[j].p, memory_order_release);
-      }
-      break;
-    }
+/* The blocks waiting for tag t, whose holder has fallen behind (remote.c), into tc's caches. */
+static void adopt(struct fm_tcache *tc, struct fm_tag *t) {
+  struct remote_adoption a;
+  if (!remote_adopt_begin(t, &a)) return;
+  struct fm_blk b[FM_OUTBOX];
+  for (uint32_t n; (n = remote_adopt_take(&a, b, FM_OUTBOX));) {
+    home_all(tc, b, n);
+    tc->moved += n;
   }
-  if (!atomic_load(&owner->live)) remote_orphans(owner);
+  remote_adopt_end(&a);
+}
+
+/* Takes up to `most` blocks of tc's own tag home (inbox first, then its remote stack). */
+static void remote_collect(struct fm_tcache *tc, uint32_t most) {
+  struct fm_blk b[FM_OUTBOX];
+  for (uint32_t n, left = most; left; left -= n) {
+    n = remote_take(tc->t, b, left < FM_OUTBOX ? left : FM_OUTBOX);
+    if (!n) break;
+    home_all(tc, b, n);
+    tc->moved += n;
+  }
 }
 
 static noinline void outbox_flush(struct fm_tcache *tc) {
   if (!tc->out_n) return;
-  tc->moved += tc->out_n;
-  remote_send(tc->out_to, tc->out, tc->out_n);
+  uint32_t n = tc->out_n;
+  tc->moved += n;
   tc->out_n = 0;
+  if (remote_send(tc->out_to, tc->out, n, shard_now(tc))) home_all(tc, tc->out, n);   /* a tag no thread holds: ours now */
 }
 
 /* REMOTE block p of owner's goes home: into tc's outbox, which is sent in one step when it is
  * full, holds another owner's blocks, or tc refills, flushes statistics or exits (so a thread
  * holds at most FM_OUTBOX blocks of others). */
 static noinline void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st) {
-  if (tc == &fm_tc_empty) return remote_send(owner, &(struct fm_blk){(void *)slot_p(p, c), st}, 1);
+  if (tc == &fm_tc_empty) {
+    if (remote_send(owner, &(struct fm_blk){(void *)remote_entry(p, c), st}, 1, shard_at(0))) class_give(c, shard_at(0), &(struct fm_blk){p, st}, 1);
+    return;
+  }
   if (tc->out_n && tc->out_to != owner) outbox_flush(tc);
   tc->out_to = owner;
   /* field by field: a pair built on the stack and copied whole is read back before its two
    * stores can be forwarded (a stall of most of this function's time, in perf) */
   struct fm_blk *b = &tc->out[tc->out_n++];
-  b->p = (void *)slot_p(p, c);
+  b->p = (void *)remote_entry(p, c);
   b->st = st;
   if (tc->out_n == FM_OUTBOX) outbox_flush(tc);
   if (tc->moved) work_note(tc);
@@ -424,9 +294,10 @@ static uint32_t tags_held;   /* threads holding a tag (atomic) */
 static void tag_take(struct fm_tcache *tc) {
   struct fm_tag *t = tag_pop();
   if (!t) return;
-  while (atomic_exchange(&t->draining, 1)) sched_yield();   /* a thread drains its stack: wait */
-  atomic_store(&t->live, 1);
-  atomic_store(&t->draining, 0);
+  if (!remote_hold(t, tc)) {   /* another thread takes its blocks now: another time */
+    tag_push(t);
+    return;
+  }
   tc->t = t;
   tc->tag = tc->own = tag_value(t);
   __atomic_fetch_add(&tags_held, 1, __ATOMIC_RELAXED);
@@ -438,8 +309,7 @@ static void tag_drop(struct fm_tcache *tc) {
   tc->t = NULL;
   tc->tag = ST_LIVE;
   tc->own = ST_NONE;
-  atomic_store(&t->live, 0);
-  remote_orphans(t);   /* what other threads freed for it, now and after */
+  remote_release(t, shard_now(tc));   /* what other threads free for it, now and after, goes to the classes */
   tag_push(t);
   __atomic_fetch_sub(&tags_held, 1, __ATOMIC_RELAXED);
 }
@@ -516,6 +386,7 @@ void tcache_setup(void) {
     fm_lock_init(&caches_lock, false);
   }
   fm_pool.tc_total = (uint64_t)FM_TC_PER_CPU * fm_pool.cpus;
+  remote_setup();
 }
 
 /* Gives the calling thread a cache and, while one is free, a tag. The empty cache when the
@@ -562,9 +433,12 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
   if (last >= fm_pool.nclass) last = fm_pool.nclass - 1;
   tc->taking = true;
   outbox_flush(tc);
-  if (tc->t) remote_collect(tc->t, tc, fm_pool.realtime ? FM_RT_BATCH : remote_behind(tc->t) ? FM_COLLECT_BEHIND : FM_COLLECT);
+  if (tc->t) remote_collect(tc, fm_pool.realtime ? FM_RT_BATCH : remote_behind(tc->t) ? FM_COLLECT_BEHIND : FM_COLLECT);
   else if (tc->run && tag_free()) tag_take(tc);   /* (a thread's cache: not the empty one, nor check.c's native one) */
   unsigned sh = shard_now(tc);
+  /* the tag this thread sent to last, when its holder has fallen behind (off its CPU): its
+   * blocks come into this cache */
+  if (tc->out_to && tc->out_to != tc->t) adopt(tc, tc->out_to);
   for (unsigned k = c; k <= last; k++) {
     unsigned k1 = k + 1;
     struct fm_blk got;
@@ -675,6 +549,8 @@ static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
  * thread's own block to its cache; a block of another tag to that tag's inbox; a block
  * no tag owns to this thread's cache, taken with one atomic step. */
 static always_inline void free_in(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
+  __atomic_store_n(&tc->busy, st, __ATOMIC_RELEASE);   /* before the load (remote.c's adoption) */
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
   fm_st s = st_load(st);
   if (s == tc->own) {
     st_store(st, ST_CACHED);
@@ -716,10 +592,7 @@ void tcache_collect(void) {
   struct fm_tcache *tc = fm_tc;
   if (tc == &fm_tc_empty) return;
   outbox_flush(tc);
-  if (tc->t) {
-    while (inbox_take(tc->t, tc, UINT32_MAX)) {}
-    while (pending(tc->t) || atomic_load_explicit(&tc->t->remote, memory_order_relaxed)) stack_take(tc->t, tc, UINT32_MAX);
-  }
+  if (tc->t) remote_collect(tc, UINT32_MAX);
   tc->moved = 0;   /* (malloc_trim's and the statistics' work is not an allocation call's) */
 }
 
@@ -747,24 +620,13 @@ void tcache_after_fork(void) {
     runs_n += tc->run != 0;
   }
   struct fm_tag *mine = me ? me->t : NULL;
-  if (mine)
-    for (uint32_t i = mine->head; i != mine->tail; i++)
-      if (!inbox(mine)[i & (fm_pool.inbox_n - 1)].p) inbox(mine)[i & (fm_pool.inbox_n - 1)].p = INBOX_HOLE;
   uint32_t used = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
+  remote_after_fork(mine, used);
   if (fm_lock_held(&tags_lock)) fm_lock_init(&tags_lock, false);
   atomic_store_explicit(&fm_pool.tags_free, 0, memory_order_relaxed);
   fifo_head = 0;
-  for (uint32_t i = 0; i < used; i++) {
-    struct fm_tag *t = &fm_pool.tags[i];
-    if (t == mine) continue;
-    atomic_store_explicit(&t->remote, 0, memory_order_relaxed);
-    atomic_store_explicit(&t->live, 0, memory_order_relaxed);
-    atomic_store_explicit(&t->draining, 0, memory_order_relaxed);
-    t->pending = 0;
-    if (t->head != t->tail) memset(inbox(t), 0, fm_pool.inbox_n * sizeof *fm_pool.inbox);
-    t->head = t->tail = 0;
-    tag_push(t);
-  }
+  for (uint32_t i = 0; i < used; i++)
+    if (&fm_pool.tags[i] != mine) tag_push(&fm_pool.tags[i]);
   tags_held = mine != NULL;
   atomic_store_explicit(&fm_pool.caches_live, me != NULL, memory_order_relaxed);
 }

@@ -86,38 +86,37 @@
  * written), REMOTE (freed by a thread that does not own it, waiting for its owner) or LIVE:
  * OWNED + tag when a thread holding a tag handed it out, LIVE when a thread without one did.
  *
- * ONE WRITER PER STATE, AND HOW A BLOCK FREED BY ANOTHER THREAD GETS HOME (tcache.c). A tag is
+ * ONE WRITER PER STATE, AND HOW A BLOCK FREED BY ANOTHER THREAD GETS HOME (remote.c). A tag is
  * one of FM_TAGS LIVE values, each with an inbox, in the meta area; a thread holds one
  * while one is free (it takes one at its first call, or at a later refill once one is free;
- * gives it back at exit). The thread holding a LIVE block's tag is the only one that writes its
- * state with plain stores: free() of its own block (LIVE -> CACHED) and malloc() (CACHED -> its
- * LIVE) are plain loads and stores, no atomic step on the hot pair. Any other thread frees it
- * with one compare-exchange LIVE -> REMOTE and adds it to its outbox, which goes to the tag's
- * inbox in one step (full, another tag's block, or the freeing thread's refill or exit): a ring
- * of slots (address, class, state's address; up to FM_INBOX_MAX, by the pool's size), so the
- * holder takes them home without reading or looking up the blocks (a list linked through them
- * costs a cache miss per block, each waiting for the last); only when the ring is full do they
- * wait on a stack linked through the blocks. The
- * holder takes up to FM_COLLECT blocks home at each refill (FM_COLLECT_BEHIND while blocks wait on
- * the stack: a holder that fell behind catches up, rather than take each block from the stack,
- * a miss each, while senders find the inbox full again), and a block whose state is no
- * longer REMOTE there was freed twice (two threads at once: the owner's plain store overwrote
- * the exchange) and stops the program before the block is handed out again.
- * A tag no thread holds (its thread exited) is drained by whoever sends to it. Blocks that
- * a thread without a tag handed out are LIVE for anyone: any thread frees them with one
- * compare-exchange LIVE -> CACHED straight into its own cache (as tcmalloc's and jemalloc's
- * caches take any block), and of two racing frees only one wins. So the first 250 threads alive
- * free their own blocks with no atomic step; every thread beyond pays one compare-exchange per
- * free, none takes a lock per call. Why not mimalloc's per-span thread-free lists: spans are
- * shared by every thread of a shard, which is what keeps a span's blocks and a program's peak
- * low, and the owner of a block, not of a span, is what makes a racing double free harmless.
- * Why the blocks wait for their holder, even one off its CPU, rather than go to whoever frees
- * them (tcmalloc): only the holder can tell whether its plain store overwrote a racing
- * exchange; another thread may take them safely only after a barrier on every thread
- * (membarrier), and that, tried, cut 64 exchanging threads' peak by a quarter to a half but
- * made no variant clearly faster, and with 4x the operations every one 6-23 % slower
- * (bench/README.md, "adoption after a barrier"). Blocks in spans change state only under their
- * shard's lock.
+ * gives it back at exit). The thread holding a LIVE block's tag frees it with a plain load and
+ * store: free() of its own block (LIVE -> CACHED) and malloc() (CACHED -> its LIVE), no atomic
+ * step on the hot pair. Any other thread frees it with one compare-exchange LIVE -> REMOTE and
+ * adds it to its outbox, which goes to the tag's inbox in one step (full, another tag's block,
+ * or the freeing thread's refill or exit): a ring of slots (address, class, state's address; up
+ * to FM_INBOX_MAX, by the pool's size), so a taker takes them without reading or looking up the
+ * blocks; only when the ring is full do they wait on a stack linked through the blocks. The
+ * holder takes up to FM_COLLECT blocks home at each refill (FM_COLLECT_BEHIND while blocks wait
+ * on the stack), and a block whose state is no longer REMOTE there was freed twice (two threads
+ * at once: the holder's plain store overwrote the exchange) and stops the program before the
+ * block is handed out again. A holder off its CPU does not hold its blocks back: a thread that
+ * refills while FM_ADOPT_AT blocks wait for the tag it last sent to takes them into its own
+ * cache, after a membarrier, stopping at the block whose state the
+ * holder publishes as the one it is freeing (fm_tcache.busy, one plain store on free's fast
+ * path): a free of the holder's that loaded the state before the barrier has published it
+ * (the adopter stops there) or stored CACHED (the adopter finds the state not REMOTE and stops
+ * the program), and one that loads it after sees REMOTE. The blocks of a tag no thread holds
+ * (its thread exited) stay with whoever frees them, and what waited for it goes to the
+ * classes. One thread at a time takes
+ * a tag's blocks (its `taking`: the holder, an adopter or a drainer), and none waits for
+ * another to finish. Blocks that a thread without a tag handed out are LIVE for anyone: any
+ * thread frees them with one compare-exchange LIVE -> CACHED straight into its own cache (as
+ * tcmalloc's and jemalloc's caches take any block), and of two racing frees only one wins. So
+ * the first 250 threads alive free their own blocks with no atomic step; every thread beyond
+ * pays one compare-exchange per free, none takes a lock per call. Why not mimalloc's per-span
+ * thread-free lists: spans are shared by every thread of a shard, which is what keeps a span's
+ * blocks and a program's peak low, and the owner of a block, not of a span, is what makes a
+ * racing double free harmless. Blocks in spans change state only under their shard's lock.
  *
  * THREAD CACHE (tcache.c, fast paths in fast.h). Every thread gets one, a run of the heap taken
  * at its first call (only the rows of the classes it uses are touched), linked in a list the
@@ -164,8 +163,8 @@
  *
  * Memory flows: heap run -> span -> class buckets (or transfer cache) <-> thread cache <->
  * program, or heap run -> large block -> program, or heap run -> arena slab -> program; a block
- * freed by another thread: -> its tag's inbox -> its owner's cache, or (no tag) -> the
- * freeing thread's cache; and back: a span with no block out, a freed large block, or an
+ * freed by another thread: -> its tag's inbox -> its owner's cache (owner behind: an adopter's),
+ * or (no tag, or its tag's thread gone) -> the freeing thread's cache; and back: a span with no block out, a freed large block, or an
  * arena's slab over its cap at a reset, is a free run again, and its pages go back to the
  * system when the oldest free memory passes the budget or on malloc_trim. */
 #ifndef FM_TYPES_H
@@ -221,6 +220,7 @@
 #define FM_OUTBOX 32u                /* another thread's blocks a thread gathers before one send */
 #define FM_AHEAD 8u                  /* a drain fetches the lines of the block this many on */
 #define FM_INBOX_MAX 8192u           /* blocks other threads freed that wait in a tag's inbox, at most */
+#define FM_ADOPT_AT 256u             /* a refill takes the blocks waiting for another tag once this many wait */
 
 /* ---- do not modify ----------------------------------------------------------------------- */
 #define FM_ALIGN 16u                 /* every block starts on this boundary */
@@ -295,10 +295,11 @@ struct fm_slot {
 struct fm_tag {
   _Atomic uintptr_t remote;   /* blocks freed when the inbox was full (mangled links) */
   _Atomic uint32_t tail;      /* inbox slots reserved by freeing threads */
-  _Atomic uint32_t head;      /* first inbox slot not yet taken (the holder's, or a drainer's) */
-  _Atomic uint32_t live;      /* a thread holds the tag; 0: its blocks are anyone's to drain */
-  _Atomic uint32_t draining;  /* a thread drains the blocks of a tag no thread holds */
+  _Atomic uint32_t head;      /* first inbox slot not yet taken */
+  _Atomic uint32_t live;      /* a thread holds the tag; 0: its blocks go to their classes */
+  _Atomic uint32_t taking;    /* a thread takes its blocks: the holder, an adopter or a drainer (remote.c) */
   uintptr_t pending;          /* blocks taken off the stack, not yet home (mangled links) */
+  struct fm_tcache *holder;   /* the cache of the thread holding it (written under `taking`) */
 } sector_aligned;
 
 /* A thread cache: per class (indexed by class + 1, as the page map and the size table name
@@ -311,6 +312,7 @@ struct fm_tag {
 struct fm_tcache {
   fm_st tag;             /* the LIVE value malloc writes: its tag's, or ST_LIVE without a tag */
   fm_st own;             /* the LIVE value free() may change with a plain store: tag, or ST_NONE */
+  fm_st *busy;           /* the state free() tests against own, published before it loads it (remote.c) */
   uint16_t salt;         /* which of its CPU's two shards the thread uses */
   uint32_t victim;       /* next bin a budget shortfall shrinks */
   struct fm_tag *t;      /* its tag, or NULL */

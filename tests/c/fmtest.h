@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* Failure messages go to stderr, which is unbuffered: reporting must not need malloc (the
@@ -290,6 +291,29 @@ __attribute__((unused)) static void fmt_release_tags(void)
     for (int i = 0; i < fmt_nholders; i++)
         fmt_join(fmt_holder[i]);
     fmt_nholders = fmt_hold_started = 0;
+}
+
+/* Runs child(a, b) in a forked process with its stderr captured into msg; returns its wait
+ * status. */
+__attribute__((unused)) static int fmt_in_child(int (*child)(int, int), int a, int b, char *msg, size_t cap)
+{
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        _exit(child(a, b));
+    }
+    close(fds[1]);
+    memset(msg, 0, cap);
+    ssize_t n = read(fds[0], msg, cap - 1), m;
+    while (n > 0 && (m = read(fds[0], msg + n, cap - 1 - (size_t)n)) > 0)
+        n += m;
+    close(fds[0]);
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+    return st;
 }
 
 #endif

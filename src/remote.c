@@ -1,0 +1,324 @@
+/* The exchange (types.h, ONE WRITER PER STATE): blocks a thread frees for another tag's holder,
+ * on their way home. A sender's outbox arrives in one step in the tag's inbox (on its remote
+ * stack when the inbox is full); the holder takes them home at its refills (remote_take); a
+ * thread that refills while the tag it last sent to has fallen behind (its holder off its CPU)
+ * takes the blocks waiting there itself, after a barrier on every thread (remote_adopt_*); the
+ * blocks of a tag no thread holds stay with whoever sends them, and what waited there goes to
+ * their classes (remote_send, remote_orphans). One thread at a time takes a tag's blocks: its holder, an adopter or a
+ * drainer, whichever holds the tag's `taking` flag. Above class.c, below tcache.c, which puts
+ * what the holder, an adopter and the sender of a tag no thread holds take into their caches. */
+#include <sched.h>
+#include <string.h>
+
+#include "internal.h"
+#include "os.h"
+
+/* ---- slots and links -------------------------------------------------------------------- */
+/* A block another thread freed waits in its tag's inbox, a ring of slots (the block's address
+ * and class, its state's address): a sender reserves slots by moving the tail (one
+ * compare-exchange for a whole outbox) and writes them; a taker takes them from the head, in
+ * order, and stops at a slot reserved but not yet written (its sender, once it has written it,
+ * looks whether the tag still has a holder: remote_send). A slot is zeroed when taken, before
+ * the head passes it, so a reservation always finds its slots empty. When the inbox is full
+ * the blocks go on the tag's remote stack, linked through their first words: the link, and a
+ * hint (the block FM_AHEAD on, for the drain to fetch early). Each word is masked with its own
+ * keyed mix of the block's own address (struct link_masks), and no word holds a value a reader
+ * could know: the end of the stack and a hint past the end of a batch are LINK_END, a
+ * per-process value that is no address. So one read of a freed block gives no address and no
+ * mask (at 85c21b6 the two masks were m and ~m and the hint past a batch's end 0: such a block
+ * gave its mask and its link in plain), and the taker checks every entry's state before it
+ * trusts the link. */
+#define INBOX_HOLE 1u   /* a slot a fork's other threads reserved and will never write */
+
+/* Tag t's inbox; slot i (any count: the ring wraps) is inbox(t)[i & (fm_pool.inbox_n - 1)]. */
+static struct fm_slot *inbox(const struct fm_tag *t) { return fm_pool.inbox + (size_t)(t - fm_pool.tags) * fm_pool.inbox_n; }
+
+/* The masks of a block's two words: one keyed mix of its address, two multipliers. */
+struct link_masks {
+  uintptr_t link, hint;
+};
+static struct link_masks masks(const void *p) {
+  uint64_t x = ((uintptr_t)p ^ fm_pool.key) * 0x9e3779b97f4a7c15ull;
+  x ^= x >> 29;
+  uint64_t a = x * fm_pool.link_key, b = x * (fm_pool.key | 1);
+  return (struct link_masks){a ^ a >> 32, b ^ b >> 32};
+}
+/* The end of a stack or of a batch's hints: random, bit 63 set (no address), per process. */
+#define LINK_END ((fm_pool.link_key ^ fm_pool.key) | (uintptr_t)1 << 63)
+
+static uintptr_t pending(const struct fm_tag *t) { return __atomic_load_n(&t->pending, __ATOMIC_RELAXED); }
+
+/* REMOTE block p comes home: CACHED, into b (as an inbox slot holds it). A state not REMOTE
+ * there was freed twice (two threads at once: the holder's plain store overwrote the
+ * exchange). */
+static void home(struct fm_blk *b, void *p, int c, fm_st *st) {
+  if (st_load(st) != ST_REMOTE) fault_stop("double free (by two threads at once)", p, c);
+  st_store(st, ST_CACHED);
+  *b = (struct fm_blk){(void *)remote_entry(p, (unsigned)c), st};
+}
+
+/* The cache lines a drain of the remote stack will want of block p (a hint: p may be
+ * anything): its state's and its first two words'. */
+static void drain_prefetch(uintptr_t p) {
+  fm_st *st;
+  if (class_find((void *)p, &st) < 0) return;
+  __builtin_prefetch(st, 1);
+  __builtin_prefetch((void *)p);
+}
+
+/* ---- taking ----------------------------------------------------------------------------- */
+/* The right to take tag t's blocks: false when another thread has it now (never waited for: it
+ * may be off its CPU). */
+static bool taking_claim(struct fm_tag *t) {
+  if (atomic_load_explicit(&t->taking, memory_order_relaxed)) return false;
+  fm_count(CNT_RMW);
+  return !atomic_exchange(&t->taking, 1);
+}
+static void taking_end(struct fm_tag *t) { atomic_store(&t->taking, 0); }
+
+/* Takes up to `most` blocks of tag t's inbox into b, from the head up to slot `end`, stopping
+ * before the block whose state is at `busy` (an adoption); returns how many. The states of
+ * the blocks FM_AHEAD slots on are fetched meanwhile: their lines are most likely in the
+ * sender's cache, and each would otherwise be waited for in turn. */
+static uint32_t inbox_take(struct fm_tag *t, struct fm_blk *b, uint32_t most, uint32_t end, const fm_st *busy) {
+  struct fm_slot *box = inbox(t);
+  uint32_t mask = fm_pool.inbox_n - 1, head = atomic_load_explicit(&t->head, memory_order_relaxed), n = 0;
+  for (; n < most && head != end; head++) {
+    struct fm_slot *slot = &box[head & mask];
+    uintptr_t v = atomic_load_explicit(&slot->p, memory_order_acquire);
+    if (!v) break;
+    if (v != INBOX_HOLE && slot->st == busy) break;
+    atomic_store_explicit(&slot->p, 0, memory_order_relaxed);
+    if (v == INBOX_HOLE) continue;
+    __builtin_prefetch(__atomic_load_n(&box[(head + FM_AHEAD) & mask].st, __ATOMIC_RELAXED), 1);   /* a hint: 0 or stale is harmless */
+    home(&b[n++], remote_block(v), (int)remote_class(v), slot->st);
+  }
+  atomic_store_explicit(&t->head, head, memory_order_release);
+  return n;
+}
+
+/* Takes up to `most` blocks of tag t's remote stack into b. */
+static uint32_t stack_take(struct fm_tag *t, struct fm_blk *b, uint32_t most) {
+  uint32_t n = 0;
+  if (!pending(t)) {
+    if (!atomic_load_explicit(&t->remote, memory_order_relaxed)) return 0;
+    fm_count(CNT_RMW);
+    __atomic_store_n(&t->pending, atomic_exchange_explicit(&t->remote, 0, memory_order_acquire), __ATOMIC_RELAXED);
+  }
+  for (; n < most && pending(t); n++) {
+    void *p = (void *)pending(t);
+    fm_st *st;
+    int c = class_find(p, &st);
+    if (c < 0) fault_stop("a block freed by another thread was damaged (written after free)", p, class_at(p));
+    struct link_masks m = masks(p);
+    uintptr_t next = *(uintptr_t *)p ^ m.link;   /* p starts a block: its link may be read (and waited on) while its state is */
+    if (next == LINK_END) next = 0;
+    drain_prefetch(((uintptr_t *)p)[1] ^ m.hint);   /* LINK_END: in no span, not fetched */
+    home(&b[n], p, c, st);                          /* (a state not REMOTE stops here, before the link is followed) */
+    __atomic_store_n(&t->pending, next, __ATOMIC_RELAXED);
+  }
+  return n;
+}
+
+/* Inbox first, then the stack. */
+static uint32_t take(struct fm_tag *t, struct fm_blk *b, uint32_t most) {
+  uint32_t n = inbox_take(t, b, most, atomic_load_explicit(&t->tail, memory_order_relaxed), NULL);
+  if (n < most) n += stack_take(t, b + n, most - n);
+  return n;
+}
+
+bool remote_behind(const struct fm_tag *t) { return pending(t) || atomic_load_explicit(&t->remote, memory_order_relaxed); }
+
+/* Whether a taker would find a block of tag t now (a slot reserved and not yet written does not
+ * count: its sender looks again once it has written it). */
+static bool waiting(const struct fm_tag *t) {
+  uint32_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
+  return remote_behind(t) || atomic_load_explicit(&inbox(t)[head & (fm_pool.inbox_n - 1)].p, memory_order_relaxed);
+}
+
+uint32_t remote_take(struct fm_tag *t, struct fm_blk *b, uint32_t most) {
+  if (!waiting(t) || !taking_claim(t)) return 0;   /* (claimed by an adopter: these blocks are on their way) */
+  uint32_t n = take(t, b, most);
+  taking_end(t);
+  return n;
+}
+
+/* Gives n blocks b[] (CACHED, as inbox slots hold them) to their classes, a run of one class
+ * at a time, through shard sh. */
+static void give_all(const struct fm_blk *b, uint32_t n, unsigned sh) {
+  struct fm_blk run[FM_OUTBOX];
+  for (uint32_t i = 0, k = 0; i < n; i = k) {
+    unsigned c = remote_class((uintptr_t)b[i].p);
+    uint32_t m = 0;
+    for (k = i; k < n && m < FM_OUTBOX && remote_class((uintptr_t)b[k].p) == c; k++, m++)
+      run[m] = (struct fm_blk){remote_block((uintptr_t)b[k].p), b[k].st};
+    class_give(c, sh, run, m);
+  }
+}
+
+/* A tag no thread holds has no holder to take its blocks home: whoever finds blocks there
+ * gives them to their classes, one thread at a time. It never waits: for a slot reserved and
+ * not yet written its sender looks again once it has written it, and while another thread
+ * drains, that one looks again when it is done (each side writes, then reads what the other
+ * writes: sequentially consistent). */
+void remote_orphans(struct fm_tag *o, unsigned sh) {
+  struct fm_blk b[FM_OUTBOX];
+  while (!atomic_load(&o->live) && waiting(o)) {
+    if (!taking_claim(o)) return;
+    if (!atomic_load(&o->live))
+      for (uint32_t n; (n = take(o, b, FM_OUTBOX));) give_all(b, n, sh);
+    taking_end(o);
+  }
+}
+
+/* ---- adoption --------------------------------------------------------------------------- */
+/* A holder frees its own blocks with a plain load and store of the state, and a racing free's
+ * compare-exchange (LIVE -> REMOTE) may fall between them: the holder's CACHED then overwrites
+ * REMOTE and the block is in its cache and in the inbox at once. The holder finds that when it
+ * takes the block from its inbox (not REMOTE: it stops the program). Another thread may take
+ * blocks from the inbox only once no free of them by the holder can be in flight: the holder
+ * publishes the state it is about to load (fm_tcache.busy, a plain store, release, before the
+ * load: fast.h), and an adopter takes only slots written before a membarrier and stops at the
+ * slot of the state the holder publishes after it. membarrier puts a full barrier in every
+ * thread of the process between its start and its return (a thread off its CPU passed one when
+ * it left). So each free of the holder's either published its state before that barrier, and
+ * the adopter reads that state or a later one (then, by the release, the free's CACHED is
+ * visible and the adopter finds the state not REMOTE and stops the program as the holder
+ * would), or loads the state after the barrier and sees REMOTE (then it takes the slow path,
+ * whose compare-exchange fails: "double free"). A stale published state only holds an adopter
+ * back. */
+static bool barrier_ok;   /* membarrier(PRIVATE_EXPEDITED) is registered: adoption is on (relaxed atomics) */
+
+void remote_setup(void) {
+  /* not in the real-time profile (a system call on the allocation path), nor under a Valgrind
+   * tool (every call is on the slow path and one at a time there anyway) */
+  if (fm_pool.realtime || fm_pool.valgrind) return;
+  __atomic_store_n(&barrier_ok, os_membarrier(true), __ATOMIC_RELAXED);
+}
+
+/* Starts taking the blocks that wait for tag t, not being its holder, into *a: when t's holder
+ * has fallen behind (at least FM_ADOPT_AT written slots wait), after a barrier (above). False
+ * (nothing started) when it has not, t has no holder, another thread takes its blocks, or the
+ * barrier fails. */
+bool remote_adopt_begin(struct fm_tag *t, struct remote_adoption *a) {
+  uint32_t mask = fm_pool.inbox_n - 1, at = fm_pool.inbox_n / 2 < FM_ADOPT_AT ? fm_pool.inbox_n / 2 : FM_ADOPT_AT;
+  uint32_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
+  if (!__atomic_load_n(&barrier_ok, __ATOMIC_RELAXED) || atomic_load_explicit(&t->tail, memory_order_relaxed) - head < at ||
+      !atomic_load_explicit(&inbox(t)[(head + at - 1) & mask].p, memory_order_relaxed) || !taking_claim(t))
+    return false;
+  struct fm_tcache *h = t->holder;   /* (remote_release clears it while it has `taking`: h stays) */
+  head = atomic_load_explicit(&t->head, memory_order_relaxed);
+  uint32_t end = head;
+  while (end - head < fm_pool.inbox_n && atomic_load_explicit(&inbox(t)[end & mask].p, memory_order_acquire)) end++;
+  if (h && end - head >= at) {
+    if (os_membarrier(false)) {
+      *a = (struct remote_adoption){t, end, __atomic_load_n(&h->busy, __ATOMIC_ACQUIRE)};
+      return true;
+    }
+    __atomic_store_n(&barrier_ok, false, __ATOMIC_RELAXED);   /* (a fork child the kernel did not register: holders take their own) */
+  }
+  taking_end(t);
+  return false;
+}
+
+/* Up to `most` of the adopted blocks, CACHED, into b (0: no more). */
+uint32_t remote_adopt_take(struct remote_adoption *a, struct fm_blk *b, uint32_t most) {
+  return inbox_take(a->t, b, most, a->end, a->busy);
+}
+
+void remote_adopt_end(struct remote_adoption *a) { taking_end(a->t); }
+
+/* ---- sending ---------------------------------------------------------------------------- */
+/* Sends n REMOTE blocks b[] (as inbox slots hold them) to owner's inbox, or, when it has no
+ * room for them, chains them on its remote stack in one push; returns false. A tag no thread
+ * holds gets nothing: the blocks are made CACHED where they are, for the sender to keep, and
+ * what waits there goes to the classes through shard sh; returns true. */
+bool remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n, unsigned sh) {
+  if (!atomic_load(&owner->live) && taking_claim(owner)) {
+    if (!atomic_load(&owner->live)) {   /* (remote_hold waits for `taking`: no holder comes meanwhile) */
+      for (uint32_t i = 0; i < n; i++) home(&b[i], remote_block((uintptr_t)b[i].p), (int)remote_class((uintptr_t)b[i].p), b[i].st);
+      taking_end(owner);
+      remote_orphans(owner, sh);
+      return true;
+    }
+    taking_end(owner);
+  }
+  uint32_t tail = atomic_load_explicit(&owner->tail, memory_order_relaxed);
+  for (;;) {
+    uint32_t head = atomic_load_explicit(&owner->head, memory_order_acquire);
+    if (tail + n - head > fm_pool.inbox_n) {
+      for (uint32_t j = 0; j < n; j++) {   /* a link, and a hint of the block FM_AHEAD on for the drain to fetch early */
+        uintptr_t *w = remote_block((uintptr_t)b[j].p);
+        struct link_masks m = masks(w);
+        if (j + 1 < n) w[0] = (uintptr_t)remote_block((uintptr_t)b[j + 1].p) ^ m.link;
+        w[1] = (j + FM_AHEAD < n ? (uintptr_t)remote_block((uintptr_t)b[j + FM_AHEAD].p) : LINK_END) ^ m.hint;
+      }
+      uintptr_t *last = remote_block((uintptr_t)b[n - 1].p), h = atomic_load_explicit(&owner->remote, memory_order_relaxed);
+      uintptr_t last_mask = masks(last).link;
+      do {
+        fm_count(CNT_RMW);
+        *last = (h ? h : LINK_END) ^ last_mask;
+      } while (!atomic_compare_exchange_weak(&owner->remote, &h, (uintptr_t)remote_block((uintptr_t)b[0].p)));
+      break;
+    }
+    fm_count(CNT_RMW);
+    if (atomic_compare_exchange_weak_explicit(&owner->tail, &tail, tail + n, memory_order_relaxed, memory_order_relaxed)) {
+      struct fm_slot *box = inbox(owner);
+      uint32_t mask = fm_pool.inbox_n - 1;
+      for (uint32_t j = 0; j < n; j++) {
+        struct fm_slot *slot = &box[(tail + j) & mask];
+        __atomic_store_n(&slot->st, b[j].st, __ATOMIC_RELAXED);
+        atomic_store_explicit(&slot->p, (uintptr_t)b[j].p, memory_order_release);
+      }
+      break;
+    }
+  }
+  atomic_thread_fence(memory_order_seq_cst);   /* the slots written, then `live` read (remote_orphans) */
+  if (!atomic_load(&owner->live)) remote_orphans(owner, sh);
+  return false;
+}
+
+/* ---- holders ---------------------------------------------------------------------------- */
+/* tc becomes tag t's holder; false (tc stays without it) while another thread takes t's blocks:
+ * a thread start does not wait for one that may be off its CPU. */
+bool remote_hold(struct fm_tag *t, struct fm_tcache *tc) {
+  if (!taking_claim(t)) return false;
+  t->holder = tc;
+  atomic_store(&t->live, 1);
+  taking_end(t);
+  return true;
+}
+
+/* t's holder lets it go (at its exit): what other threads free for it from now on, and what
+ * waits, goes to the classes. It waits for an adopter that is reading the holder's published
+ * state (the cache it reads is given back next). */
+void remote_release(struct fm_tag *t, unsigned sh) {
+  while (!taking_claim(t)) sched_yield();
+  t->holder = NULL;
+  atomic_store(&t->live, 0);
+  taking_end(t);
+  remote_orphans(t, sh);
+}
+
+/* Fork child: only the calling thread goes on, holding tag `mine` (or NULL). In its inbox the
+ * slots other threads reserved and had not written are holes its takes step over; every other
+ * tag's blocks are abandoned (a take a parent's thread was in the middle of cannot be
+ * finished) and the tag is free again. */
+void remote_after_fork(struct fm_tag *mine, uint32_t used) {
+  if (mine) {
+    atomic_store_explicit(&mine->taking, 0, memory_order_relaxed);
+    for (uint32_t i = mine->head; i != mine->tail; i++)
+      if (!inbox(mine)[i & (fm_pool.inbox_n - 1)].p) inbox(mine)[i & (fm_pool.inbox_n - 1)].p = INBOX_HOLE;
+  }
+  for (uint32_t i = 0; i < used; i++) {
+    struct fm_tag *t = &fm_pool.tags[i];
+    if (t == mine) continue;
+    atomic_store_explicit(&t->remote, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->live, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->taking, 0, memory_order_relaxed);
+    t->holder = NULL;
+    t->pending = 0;
+    if (t->head != t->tail) memset(inbox(t), 0, fm_pool.inbox_n * sizeof *fm_pool.inbox);
+    t->head = t->tail = 0;
+  }
+}

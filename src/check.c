@@ -160,7 +160,10 @@ enum check_verdict check_find(void *p, struct check_block *f) {
   f->kind = (enum check_kind)h->kind;
   uint8_t *user = p, *end = check_room_end(f->b, f->cls, user);
   if (h->size > (size_t)(end - user)) return V_INTERIOR;
-  return check_canary_ok(user, h->size, end) ? V_OK : V_OVERRUN;
+  if (check_canary_ok(user, h->size, end)) return V_OK;
+  /* Another thread's free of this block may have marked it freed and filled it (canary
+   * included) since the magic above was read: that is a double free, not an overrun. */
+  return __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == check_magic(h, false) ? V_FREED : V_OVERRUN;
 }
 
 static const char *const verdict_text[] = {

@@ -383,7 +383,8 @@ static void cxx_gone(uintptr_t r);
 /* Marks taken block f freed, holds it back and lets go of the lock (a native take did that). */
 static void give_taken(struct check_block *f) {
   if (!f->native) {
-    f->h->magic = check_magic(f->h, false);
+    __atomic_store_n(&f->h->magic, check_magic(f->h, false), __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_RELEASE);   /* before the fill: a racing free that sees the fill sees the mark (check_find) */
     profile_free(f->size);
     hold(f->b, f->cls, f->size, f->user);
     VALGRIND_ENABLE_ERROR_REPORTING;
@@ -594,7 +595,8 @@ static uintptr_t native_release(uintptr_t p) {
   struct check_block f;
   enum check_verdict v = check_find((void *)p, &f);
   if (v == V_OK) {
-    f.h->magic = check_magic(f.h, false);
+    __atomic_store_n(&f.h->magic, check_magic(f.h, false), __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_RELEASE);   /* before the fill: a racing free that sees the fill sees the mark (check_find) */
     hold(f.b, f.cls, f.size, f.user);
   }
   return native_code(v, &f);

@@ -15,6 +15,10 @@
  *             "double free (by two threads at once)" when O takes b home, or ends cleanly
  *             (checking mode: O marked b's header freed before its load, so R's free of b stops
  *             with "double free" first)
+ * Default mode only: checking mode's quarantine holds freed blocks back (up to 8 MiB of them)
+ * and the state store of a free happens when the quarantine lets the block go, in whichever
+ * thread frees then, so neither case can be staged there; owner-race-checking-mode covers
+ * checking mode's racing frees.
  *
  *   adopt [behind | stopped [N]] */
 #include "fmtest.h"

@@ -19,16 +19,21 @@ version=${2:?VERSION}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 step() { echo "  ok: $*"; }
 unset LD_PRELOAD   # the packages are built and checked under the system's malloc
-for t in dpkg-buildpackage dh lintian readelf pkg-config man cc git; do
+for t in dpkg-buildpackage dh lintian readelf pkg-config man cc; do
   command -v "$t" >/dev/null || fail "$t is not installed (scripts/test installs scripts/test-packages)"
 done
 
 tmp=$(mktemp -d /tmp/fm-package.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/src" "$tmp/root"
-# the source as a clone would have it, with this checkout's uncommitted changes
-git -C "$src" ls-files -z --cached --others --exclude-standard |
-  (cd "$src" && tar --null -T - --ignore-failed-read -cf - 2>/dev/null) | tar -x -C "$tmp/src"
+# the source as a clone would have it, with this checkout's uncommitted changes (outside a git
+# checkout: everything but the build directories)
+if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  git -C "$src" ls-files -z --cached --others --exclude-standard |
+    (cd "$src" && tar --null -T - --ignore-failed-read -cf - 2>/dev/null) | tar -x -C "$tmp/src"
+else
+  tar -C "$src" --exclude='./build*' --exclude='./obj-*' --exclude=./debian/.debhelper -cf - . | tar -x -C "$tmp/src"
+fi
 
 # ------------------------------------------------------------------ build
 deb_version=$(cd "$tmp/src" && dpkg-parsechangelog -S Version)

@@ -176,7 +176,7 @@ thp=/sys/kernel/mm/transparent_hugepage
        "khugepaged defrag $(cat $thp/khugepaged/defrag 2>/dev/null); nr_hugepages $(cat /proc/sys/vm/nr_hugepages)"
   echo "memory: $(free -m | awk '/^Mem:/ { print $2 " MiB, " $7 " available" }')"
   echo "commit: $(git -C "$fm_top" describe --always --dirty 2>/dev/null || echo unknown)"
-  for a in "${allocs[@]}"; do echo "allocator: $a ${LIB[$a]:-(none: glibc)}${ENVS[$a]:+ with${ENVS[$a]# }}"; done
+  for a in "${allocs[@]}"; do echo "allocator: $a ${LIB[$a]:-(none: glibc)}${ENVS[$a]:+ with ${ENVS[$a]# }}"; done
   echo "versions: python $("$py" -c 'import sys; print(sys.version.split()[0])'), sqlite $(sqlite3 --version | cut -d' ' -f1)," \
        "gcc $(gcc -dumpfullversion), $(hyperfine --version)"
 } >"$out/machine.txt"
@@ -255,7 +255,10 @@ def vals(w, a, f):
 def med(w, a, f):
     v = vals(w, a, f)
     return statistics.median(v) if v else None
-fmt = lambda x, f="%.2f": f % x if x is not None else "-"
+def fmt(x, f="%.2f"):
+    if x is None:
+        return "-"
+    return "%.0f" % x if f == "%.3g" and abs(x) >= 100 else f % x   # 1040, not 1.04e+03
 with open(out + "/summary.csv", "w") as s:
     s.write("workload,allocator,runs,median,min,max,median_cpu,unit,median_wall_s,median_peak_rss_kb,median_anon_huge_kb\n")
     for w in works:

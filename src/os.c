@@ -15,12 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
-void *os_reserve(size_t size, int prefault, int commit) {
-  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (prefault ? MAP_POPULATE : 0);
+void *os_reserve(size_t size, int commit) {
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
   void *p = mmap(NULL, size, commit ? PROT_READ | PROT_WRITE : PROT_NONE, flags, -1, 0);
-  if (p == MAP_FAILED) return NULL;
-  if (prefault) os_populate(p, size);
-  return p;
+  return p == MAP_FAILED ? NULL : p;
 }
 
 void *os_reserve_hugetlb(size_t size) {

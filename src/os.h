@@ -7,10 +7,9 @@
 #include "types.h"
 
 /* Reserves size bytes of zeroed address space, readable and writable and committed on first
- * touch (or at once with prefault: populated, and every page written once) when commit is set,
- * else inaccessible until os_commit.
+ * touch when commit is set, else inaccessible until os_commit (os_populate makes it resident).
  * Returns NULL when the kernel refuses. */
-hidden void *os_reserve(size_t size, int prefault, int commit);
+hidden void *os_reserve(size_t size, int commit);
 /* Reserves size bytes (a multiple of the hugetlb page size) from the kernel's reserved huge
  * pages (MAP_HUGETLB, its default size), readable and writable; the pages are the kernel's to
  * give at mmap, so a first touch never fails. NULL when it has too few free. */

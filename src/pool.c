@@ -171,15 +171,21 @@ static void huge_plan(bool tool) {
   fm_pool.huge_from = !pool_hp || o->prefault || fm_pool.hugetlb ? 0 : 1;   /* pool_reserve places it */
 }
 
-/* The advice for the pool at mem (meta bytes of tables, then the heap): in "always" mode what
- * is not to be on huge pages is advised off them. */
-static void huge_advise(uintptr_t mem, size_t meta, size_t heap) {
+/* The advice for the pool at mem (tables as laid out in L, then the heap): in "always" mode
+ * what is not to be on huge pages is advised off them. The chunks' records (128 bytes a chunk)
+ * lie on huge pages past their first huge page, which describes 256 MiB of heap: a heap that
+ * large pays at most one huge page of records it does not use. */
+static void huge_advise(uintptr_t mem, const struct layout *L, size_t heap) {
+  size_t meta = L->meta;
   if (fm_pool.hugetlb) return;
   if (fm_pool.huge_chunks && (size_t)fm_pool.huge_from << FM_CHUNK_SHIFT >= heap) fm_pool.huge_chunks = 0;   /* too small a heap */
   uintptr_t end = mem + meta + heap, split = end;
   if (fm_pool.huge_chunks) split = fm_pool.opt.prefault ? mem : mem + meta + ((size_t)fm_pool.huge_from << FM_CHUNK_SHIFT);
   if (split > mem && thp_always) os_advise_huge((void *)mem, split - mem, false);
   if (end > split) os_advise_huge((void *)split, end - split, true);
+  uintptr_t t0 = (mem + L->chunk_off + 2 * pool_hp - 1) & ~(uintptr_t)(pool_hp - 1);
+  uintptr_t t1 = (mem + L->chunk_off + L->nchunks * sizeof(struct fm_chunk)) & ~(uintptr_t)(pool_hp - 1);
+  if (fm_pool.huge_chunks && split > mem && t1 > t0 && os_advise_huge((void *)t0, t1 - t0, true)) fm_pool.huge_table = t0;
 }
 
 /* Reserves size bytes starting on a 2 MiB boundary (or the huge page's); the slack before it
@@ -190,7 +196,7 @@ static void *pool_map(size_t size) {
   if (fm_pool.hugetlb) return os_reserve_hugetlb((size + pool_hp - 1) / pool_hp * pool_hp);   /* aligned by the kernel */
   size_t align = pool_hp > POOL_ALIGN ? pool_hp : POOL_ALIGN;
   uintptr_t mem = (uintptr_t)(pool_tool_map ? pool_tool_map(size + align)
-                                            : os_reserve(size + align, false, !fm_pool.lazy_commit));
+                                            : os_reserve(size + align, !fm_pool.lazy_commit));
   return mem ? (void *)((mem + align - 1) & ~(uintptr_t)(align - 1)) : NULL;
 }
 
@@ -276,7 +282,7 @@ void pool_reserve(void *(*tool_map)(size_t size), uint64_t tool_cap) {
     uintptr_t heap = (uintptr_t)mem + L.meta, at = (heap + FM_HUGE_FROM + pool_hp - 1) & ~(uintptr_t)(pool_hp - 1);
     fm_pool.huge_from = (uint32_t)((at - heap) >> FM_CHUNK_SHIFT);
   }
-  huge_advise((uintptr_t)mem, L.meta, (size_t)(size >> FM_CHUNK_SHIFT) << FM_CHUNK_SHIFT);
+  huge_advise((uintptr_t)mem, &L, (size_t)(size >> FM_CHUNK_SHIFT) << FM_CHUNK_SHIFT);
   if (o->prefault) os_populate(mem, size + L.meta);
   pool_layout(mem, size, &L);
 }

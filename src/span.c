@@ -121,13 +121,12 @@ static void givable(uint32_t i, uint32_t end, uint32_t *lo, uint32_t *hi) {
   if (*hi < *lo) *hi = *lo;
 }
 
-/* Chunks of [from, to) that lie on huge pages now in use (they were touched whole), marked as
- * holding pages; returns how many were not marked before. */
+/* Chunks of [from, to), in a huge page that a run just taken lies in, that were held to have
+ * no pages: the kernel faults the huge page in whole, so they count as holding pages now (their
+ * bits stay clear: never written, they still read as zero, which calloc relies on). */
 static uint32_t touched(uint32_t from, uint32_t to) {
   if (from >= to || !on_huge(from)) return 0;
-  uint32_t n = to - from - pages_count(from, to - from);
-  pages_set(from, to - from);
-  return n;
+  return to - from - pages_count(from, to - from);
 }
 
 static void fifo_remove(uint32_t i) {
@@ -359,10 +358,12 @@ static void heap_lock(void) {
 }
 
 /* ---- runs -------------------------------------------------------------------------------- */
-/* Makes [from, to) of an array of per-chunk entries of `each` bytes accessible. */
-static bool commit_entries(const void *array, size_t each, uint32_t from, uint32_t to) {
+/* Makes [from, to) of an array of per-chunk entries of `each` bytes accessible: past `huge`
+ * (an address, 0: nowhere) in whole huge pages. */
+static bool commit_entries(const void *array, size_t each, uint32_t from, uint32_t to, uintptr_t huge) {
   uintptr_t page = os_page_size(), lo = ((uintptr_t)array + from * each) & ~(page - 1);
   uintptr_t hi = ((uintptr_t)array + to * each + page - 1) & ~(page - 1);
+  if (huge && hi > huge) page = (uintptr_t)fm_pool.huge_chunks << FM_CHUNK_SHIFT, hi = (hi + page - 1) & ~(page - 1);
   return os_commit((void *)lo, hi - lo);
 }
 
@@ -375,11 +376,11 @@ static bool commit_to(uint32_t to) {
   if (want > H.nchunks) want = H.nchunks;
   for (unsigned s = 0; s < FM_SHADOWS; s++)
     if (fm_pool.st_bias[s] && !commit_entries((const void *)(fm_pool.st_bias[s] + (fm_pool.heap_base >> s)),
-                                              (size_t)1 << (FM_CHUNK_SHIFT - s), H.committed, want))
+                                              (size_t)1 << (FM_CHUNK_SHIFT - s), H.committed, want, 0))
       return false;
-  if (!commit_entries(fm_pool.chunk, sizeof *fm_pool.chunk, H.committed, want) ||
-      !commit_entries(H.pages, 1, H.committed / 8, (want + 63) / 8) ||
-      !commit_entries(fm_pool.arenas, FM_ARENA_REC, H.committed / FM_ARENA_CHUNKS, want / FM_ARENA_CHUNKS + 1) ||
+  if (!commit_entries(fm_pool.chunk, sizeof *fm_pool.chunk, H.committed, want, fm_pool.huge_table) ||
+      !commit_entries(H.pages, 1, H.committed / 8, (want + 63) / 8, 0) ||
+      !commit_entries(fm_pool.arenas, FM_ARENA_REC, H.committed / FM_ARENA_CHUNKS, want / FM_ARENA_CHUNKS + 1, 0) ||
       !os_commit((void *)(fm_pool.heap_base + ((uintptr_t)H.committed << FM_CHUNK_SHIFT)),
                  (size_t)(want - H.committed) << FM_CHUNK_SHIFT))
     return false;
@@ -432,12 +433,12 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
        * release scans only the given-back front (RELEASE_WORDS) and the excess stops draining. */
       uint32_t edge = on_huge(i + len) && hp_up(i + len) < i + have ? hp_up(i + len) : i + have;
       uint32_t more = touched(i + len, edge);   /* the rest of the huge page it ends in */
-      put_back(i + len, rest, left + more);
+      put_back(i + len, rest, left + more < rest ? left + more : rest);
       fresh += more;
       if (rest && clean > i + len) R(i + len)->clean = clean;   /* the rest's front went back */
     } else {
       uint32_t more = touched(hp_down(at) > i ? hp_down(at) : i, at);   /* the rest of the huge page it starts in */
-      list_insert(i, rest, left + more);
+      list_insert(i, rest, left + more < rest ? left + more : rest);
       R(i)->clean = clean < at ? clean : at;
       fresh += more;
     }
@@ -463,6 +464,7 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
   if (on_huge(end)) {   /* the rest of the huge page the run ends in is touched with it, above top too */
     uint32_t stop = hp_up(end) < H.nchunks ? hp_up(end) : H.nchunks, top = end > H.top ? end : H.top;
     more = touched(end, stop < top ? stop : top);   /* in the rest of the tail run */
+    if (more > top - end) more = top - end;
     fresh += stop > top ? touched(top, stop) : 0;
   }
   if (end > H.top) H.top = end;

@@ -452,6 +452,7 @@ struct fm_pool {
   uint32_t huge_chunks;      /* chunks in a huge page where the heap lies on them (pool.c), 0: base pages only */
   uint32_t huge_from;        /* the first chunk on huge pages (one starts there) */
   bool hugetlb;              /* the pool is the kernel's reserved huge pages (FLATMALLOC_HUGEPAGES=hugetlb) */
+  uintptr_t huge_table;      /* the chunks' records lie on huge pages from this address on (0: none) */
   _Atomic uint32_t tags_used;
   _Atomic uint32_t tags_free;     /* unused tags waiting in tcache.c's FIFO */
   _Atomic uint32_t caches_live;   /* threads holding a cache: they share tc_total */

@@ -1010,7 +1010,7 @@ void *check_pool_map(size_t size) {
    * time, and that pool is small). */
   void *hold[VG_LOW_HOLD / VG_RANGE_STEP];
   unsigned nhold = 0;
-  while (!origins && nhold < VG_LOW_HOLD / VG_RANGE_STEP && (hold[nhold] = os_reserve(VG_RANGE_STEP, 0, 0))) nhold++;
+  while (!origins && nhold < VG_LOW_HOLD / VG_RANGE_STEP && (hold[nhold] = os_reserve(VG_RANGE_STEP, 0))) nhold++;
   uint8_t *p = heap_malloc(size);
   while (nhold) os_unreserve(hold[--nhold], VG_RANGE_STEP);
   if (!p) return NULL;

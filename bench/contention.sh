@@ -43,7 +43,7 @@ counters=$fm_build-counters
 if [ ! -f "$counters/build.ninja" ]; then
   CC=${CC:-clang} meson setup "$counters" "$fm_top" -Dcounters=true -Dbenchmarks=disabled >/dev/null
 fi
-ninja -C "$counters" preload/libflatmalloc.so >/dev/null
+meson compile -C "$counters" flatmalloc >/dev/null   # the library (its file is libflatmalloc.so.VERSION)
 
 fm_peers
 add_alloc flatmalloc "$fm_build/preload/libflatmalloc.so"

@@ -14,7 +14,7 @@
 extern "C" {
 #endif
 
-#define FLATMALLOC_VERSION "0.1.0"
+#include "flatmalloc_version.h"   /* FLATMALLOC_VERSION, meson.build's project version */
 #define FLATMALLOC_API __attribute__((visibility("default")))
 
 FLATMALLOC_API void *flatmalloc_malloc(size_t size);

@@ -5,7 +5,7 @@
 #
 # Checked: flatmalloc(1)'s ENVIRONMENT has an entry (a `.TP` tag `.BI FLATMALLOC_X=` or
 # `.BR FLATMALLOC_X=`) for every setting of src/options.c's table, in the same order, and names the wrapper's four
-# commands; `man --warnings -l` renders both pages with nothing on stderr; `meson install
+# commands; both .TH lines name meson.build's version; `man --warnings -l` renders both pages with nothing on stderr; `meson install
 # --destdir` (from the test's own build, no rebuild) installs both under PREFIX/share/man.
 set -euo pipefail
 export LC_ALL=C.UTF-8 MANWIDTH=80
@@ -30,6 +30,11 @@ for c in run profile heap classes; do
   grep -qE "^\.B $c\$" "$page1" || fail "flatmalloc(1) has no entry for the '$c' command"
 done
 echo "  ok: flatmalloc(1) describes run, profile, heap and classes"
+version=$(meson introspect --projectinfo "$build" | python3 -c 'import json, sys; print(json.load(sys.stdin)["version"])')
+for p in "$page1" "$page3"; do
+  grep -qE "^\.TH FLATMALLOC [13] [0-9-]+ \"flatmalloc $version\"" "$p" || fail "$p's .TH does not name flatmalloc $version (meson.build)"
+done
+echo "  ok: both pages' .TH name flatmalloc $version, meson.build's version"
 
 tmp=$(mktemp -d /tmp/fm-man.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT

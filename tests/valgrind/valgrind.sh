@@ -27,7 +27,7 @@ want=$(gl --leak-check=full --suppressions="$work/supp" "$leaks" | summary)
 out=$(fm --leak-check=full --suppressions="$work/supp" "$leaks")
 got=$(summary <<<"$out")
 if [ "$want" = "$got" ] && grep -q "suppressed: [1-9]" <<<"$got" \
-   && grep -qE "at 0x[0-9A-F]+: malloc \(in [^)]*libflatmalloc.so\)" <<<"$out"; then ok "memcheck suppression {fun:malloc, fun:main} matches"
+   && grep -qE "at 0x[0-9A-F]+: malloc \(in [^)]*libflatmalloc\.so[.0-9]*\)" <<<"$out"; then ok "memcheck suppression {fun:malloc, fun:main} matches"
 else bad "memcheck suppression" "glibc:" "$want" "flatmalloc:" "$out"; fi
 
 # leak checks in the middle of the run count as glibc's run does (a cycle, then a tree)
@@ -71,7 +71,7 @@ uaf_case realloc-after-free "Invalid free()" 39
 
 # ---- memcheck: C++ new and delete served by flatmalloc ----------------------------------------
 out=$(fm --leak-check=full --errors-for-leak-kinds=definite "$cxx")
-if grep -qE "at 0x[0-9A-F]+: operator new\[\]\(unsigned long\) \(in [^)]*libflatmalloc.so\)" <<<"$out" \
+if grep -qE "at 0x[0-9A-F]+: operator new\[\]\(unsigned long\) \(in [^)]*libflatmalloc\.so[.0-9]*\)" <<<"$out" \
    && grep -q "100 bytes in 1 blocks are definitely lost" <<<"$out" && grep -q "cxx done" <<<"$out" \
    && grep -q "ERROR SUMMARY: 1 errors" <<<"$out"; then ok "memcheck C++ operators are flatmalloc's"
 else bad "memcheck C++" "$out"; fi

@@ -449,6 +449,12 @@ void class_give(unsigned c, unsigned sh, const struct fm_blk *b, uint32_t n) {
   give_spans(k, c, b, n);
 }
 
+/* Takes back n CACHED blocks of class c whose tag no thread holds into their spans, not a
+ * transfer cache: from there the next refill of that shard would hand them to a thread beside
+ * whichever thread holds their neighbours (the successor that freed them, say), and each free
+ * of either would then write a line of states the other writes. */
+void class_home(unsigned c, const struct fm_blk *b, uint32_t n) { give_spans(&fm_pool.cls[c], c, b, n); }
+
 void class_note(unsigned c, unsigned sh, bool borrowed) {
   struct fm_shard *h = &fm_pool.cls[c].sh[sh];
   fm_lock(&h->lock);

@@ -129,6 +129,7 @@ hidden void *class_block(const void *p, unsigned c);   /* start of the block of 
 hidden fm_st *class_verify(const void *p, unsigned c, enum fault_call call);   /* state of LIVE block p, or stops */
 hidden uint32_t class_take(unsigned c, unsigned shard, struct fm_blk *b, uint32_t want, bool grow);
 hidden void class_give(unsigned c, unsigned shard, const struct fm_blk *b, uint32_t n);
+hidden void class_home(unsigned c, const struct fm_blk *b, uint32_t n);   /* blocks of a thread gone: to their spans */
 hidden void class_note(unsigned c, unsigned shard, bool borrowed);
 hidden void class_after_fork(void);
 hidden void class_trim(void);   /* malloc_trim: the transfer caches and spare spans given back */
@@ -142,16 +143,16 @@ static inline uintptr_t remote_entry(const void *p, unsigned c) { return (uintpt
 static inline void *remote_block(uintptr_t v) { return (void *)(v & (((uintptr_t)1 << FM_SLOT_CLASS) - 1)); }
 static inline unsigned remote_class(uintptr_t v) { return (unsigned)(v >> FM_SLOT_CLASS) - 1u; }
 hidden void remote_setup(void);
-hidden bool remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n, unsigned shard);   /* true: b CACHED, the sender's */
+hidden void remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n);
 hidden uint32_t remote_take(struct fm_tag *t, struct fm_blk *b, uint32_t most);   /* t's holder: CACHED into b */
 struct remote_adoption { struct fm_tag *t; uint32_t end; const fm_st *busy; };   /* not t's holder: */
 hidden bool remote_adopt_begin(struct fm_tag *t, struct remote_adoption *a);
 hidden uint32_t remote_adopt_take(struct remote_adoption *a, struct fm_blk *b, uint32_t most);   /* CACHED into b */
 hidden void remote_adopt_end(struct remote_adoption *a);
 hidden bool remote_behind(const struct fm_tag *t);   /* blocks wait on t's remote stack */
-hidden void remote_orphans(struct fm_tag *t, unsigned shard);
+hidden void remote_orphans(struct fm_tag *t);
 hidden bool remote_hold(struct fm_tag *t, struct fm_tcache *tc);
-hidden void remote_release(struct fm_tag *t, unsigned shard);
+hidden void remote_release(struct fm_tag *t);
 hidden void remote_after_fork(struct fm_tag *mine, uint32_t used);
 
 /* tcache.c: thread caches */

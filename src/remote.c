@@ -3,10 +3,10 @@
  * stack when the inbox is full); the holder takes them home at its refills (remote_take); a
  * thread that refills while the tag it last sent to has fallen behind (its holder off its CPU)
  * takes the blocks waiting there itself, after a barrier on every thread (remote_adopt_*); the
- * blocks of a tag no thread holds stay with whoever sends them, and what waited there goes to
- * their classes (remote_send, remote_orphans). One thread at a time takes a tag's blocks: its holder, an adopter or a
- * drainer, whichever holds the tag's `taking` flag. Above class.c, below tcache.c, which puts
- * what the holder, an adopter and the sender of a tag no thread holds take into their caches. */
+ * blocks of a tag no thread holds, and what waited there, go back to their spans
+ * (remote_send, remote_orphans). One thread at a time takes a tag's blocks: its holder, an
+ * adopter or a drainer, whichever holds the tag's `taking` flag. Above class.c, below
+ * tcache.c, which puts what the holder and an adopter take into their caches. */
 #include <sched.h>
 #include <string.h>
 
@@ -143,30 +143,30 @@ uint32_t remote_take(struct fm_tag *t, struct fm_blk *b, uint32_t most) {
   return n;
 }
 
-/* Gives n blocks b[] (CACHED, as inbox slots hold them) to their classes, a run of one class
- * at a time, through shard sh. */
-static void give_all(const struct fm_blk *b, uint32_t n, unsigned sh) {
+/* Gives n blocks b[] of a tag no thread holds (CACHED, as inbox slots hold them) back to their
+ * spans, a run of one class at a time. */
+static void give_all(const struct fm_blk *b, uint32_t n) {
   struct fm_blk run[FM_OUTBOX];
   for (uint32_t i = 0, k = 0; i < n; i = k) {
     unsigned c = remote_class((uintptr_t)b[i].p);
     uint32_t m = 0;
     for (k = i; k < n && m < FM_OUTBOX && remote_class((uintptr_t)b[k].p) == c; k++, m++)
       run[m] = (struct fm_blk){remote_block((uintptr_t)b[k].p), b[k].st};
-    class_give(c, sh, run, m);
+    class_home(c, run, m);
   }
 }
 
 /* A tag no thread holds has no holder to take its blocks home: whoever finds blocks there
- * gives them to their classes, one thread at a time. It never waits: for a slot reserved and
+ * gives them back to their spans, one thread at a time. It never waits: for a slot reserved and
  * not yet written its sender looks again once it has written it, and while another thread
  * drains, that one looks again when it is done (each side writes, then reads what the other
  * writes: sequentially consistent). */
-void remote_orphans(struct fm_tag *o, unsigned sh) {
+void remote_orphans(struct fm_tag *o) {
   struct fm_blk b[FM_OUTBOX];
   while (!atomic_load(&o->live) && waiting(o)) {
     if (!taking_claim(o)) return;
     if (!atomic_load(&o->live))
-      for (uint32_t n; (n = take(o, b, FM_OUTBOX));) give_all(b, n, sh);
+      for (uint32_t n; (n = take(o, b, FM_OUTBOX));) give_all(b, n);
     taking_end(o);
   }
 }
@@ -230,16 +230,16 @@ void remote_adopt_end(struct remote_adoption *a) { taking_end(a->t); }
 
 /* ---- sending ---------------------------------------------------------------------------- */
 /* Sends n REMOTE blocks b[] (as inbox slots hold them) to owner's inbox, or, when it has no
- * room for them, chains them on its remote stack in one push; returns false. A tag no thread
- * holds gets nothing: the blocks are made CACHED where they are, for the sender to keep, and
- * what waits there goes to the classes through shard sh; returns true. */
-bool remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n, unsigned sh) {
+ * room for them, chains them on its remote stack in one push. A tag no thread holds gets
+ * nothing: the blocks, and what waits there, go back to their spans. */
+void remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n) {
   if (!atomic_load(&owner->live) && taking_claim(owner)) {
     if (!atomic_load(&owner->live)) {   /* (remote_hold waits for `taking`: no holder comes meanwhile) */
       for (uint32_t i = 0; i < n; i++) home(&b[i], remote_block((uintptr_t)b[i].p), (int)remote_class((uintptr_t)b[i].p), b[i].st);
+      give_all(b, n);
       taking_end(owner);
-      remote_orphans(owner, sh);
-      return true;
+      remote_orphans(owner);
+      return;
     }
     taking_end(owner);
   }
@@ -274,8 +274,7 @@ bool remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n, unsigned sh
     }
   }
   atomic_thread_fence(memory_order_seq_cst);   /* the slots written, then `live` read (remote_orphans) */
-  if (!atomic_load(&owner->live)) remote_orphans(owner, sh);
-  return false;
+  if (!atomic_load(&owner->live)) remote_orphans(owner);
 }
 
 /* ---- holders ---------------------------------------------------------------------------- */
@@ -292,12 +291,12 @@ bool remote_hold(struct fm_tag *t, struct fm_tcache *tc) {
 /* t's holder lets it go (at its exit): what other threads free for it from now on, and what
  * waits, goes to the classes. It waits for an adopter that is reading the holder's published
  * state (the cache it reads is given back next). */
-void remote_release(struct fm_tag *t, unsigned sh) {
+void remote_release(struct fm_tag *t) {
   while (!taking_claim(t)) sched_yield();
   t->holder = NULL;
   atomic_store(&t->live, 0);
   taking_end(t);
-  remote_orphans(t, sh);
+  remote_orphans(t);
 }
 
 /* Fork child: only the calling thread goes on, holding tag `mine` (or NULL). In its inbox the

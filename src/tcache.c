@@ -260,7 +260,7 @@ static noinline void outbox_flush(struct fm_tcache *tc) {
   uint32_t n = tc->out_n;
   tc->moved += n;
   tc->out_n = 0;
-  if (remote_send(tc->out_to, tc->out, n, shard_now(tc))) home_all(tc, tc->out, n);   /* a tag no thread holds: ours now */
+  remote_send(tc->out_to, tc->out, n);
 }
 
 /* REMOTE block p of owner's goes home: into tc's outbox, which is sent in one step when it is
@@ -268,8 +268,7 @@ static noinline void outbox_flush(struct fm_tcache *tc) {
  * holds at most FM_OUTBOX blocks of others). */
 static noinline void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st) {
   if (tc == &fm_tc_empty) {
-    if (remote_send(owner, &(struct fm_blk){(void *)remote_entry(p, c), st}, 1, shard_at(0))) class_give(c, shard_at(0), &(struct fm_blk){p, st}, 1);
-    return;
+    return remote_send(owner, &(struct fm_blk){(void *)remote_entry(p, c), st}, 1);
   }
   if (tc->out_n && tc->out_to != owner) outbox_flush(tc);
   tc->out_to = owner;
@@ -309,7 +308,7 @@ static void tag_drop(struct fm_tcache *tc) {
   tc->t = NULL;
   tc->tag = ST_LIVE;
   tc->own = ST_NONE;
-  remote_release(t, shard_now(tc));   /* what other threads free for it, now and after, goes to the classes */
+  remote_release(t);   /* what other threads free for it, now and after, goes back to the spans */
   tag_push(t);
   __atomic_fetch_sub(&tags_held, 1, __ATOMIC_RELAXED);
 }

@@ -106,8 +106,7 @@
  * path): a free of the holder's that loaded the state before the barrier has published it
  * (the adopter stops there) or stored CACHED (the adopter finds the state not REMOTE and stops
  * the program), and one that loads it after sees REMOTE. The blocks of a tag no thread holds
- * (its thread exited) stay with whoever frees them, and what waited for it goes to the
- * classes. One thread at a time takes
+ * (its thread exited), and what waited for it, go back to their spans. One thread at a time takes
  * a tag's blocks (its `taking`: the holder, an adopter or a drainer), and none waits for
  * another to finish. Blocks that a thread without a tag handed out are LIVE for anyone: any
  * thread frees them with one compare-exchange LIVE -> CACHED straight into its own cache (as

@@ -3,7 +3,8 @@
  *   remote     blocks one thread allocates and another frees go home to their owner: contents
  *              intact, none handed out twice, and once the owner asks (mallinfo2), in use is
  *              back where it started
- *   orphans    blocks whose owner thread has exited, freed by another thread, are free again
+ *   orphans    blocks whose owner thread has exited, freed by another thread, are free again,
+ *              back in their spans (the freeing thread's cache holds no more than before)
  *   race       two threads free one block at the same instant, then each mallocs once, in 1,000
  *              processes: the block is never handed to both (each process either stops with
  *              "double free" or "double free (by two threads at once)", or gets two different
@@ -99,6 +100,11 @@ static void case_remote(void)
 }
 
 /* ---- orphans ---------------------------------------------------------------------------- */
+static size_t json_cached(void)
+{
+    return fmt_stat("\"cached\":");
+}
+
 static void *alloc_and_exit(void *arg)
 {
     (void)arg;
@@ -116,6 +122,7 @@ static void case_orphans(void)
         pthread_t t;
         CHECK(pthread_create(&t, NULL, alloc_and_exit, NULL) == 0, "pthread_create");
         CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+        size_t cached = fmt_flatmalloc ? json_cached() : 0;
         for (int i = 0; i < NREMOTE; i++) {
             CHECK_PATTERN(rb[i].p, 0, rb[i].size, rb[i].tag, "its thread exited");
             free(rb[i].p);
@@ -124,6 +131,9 @@ static void case_orphans(void)
         if (fmt_flatmalloc)
             CHECK(now <= base, "round %d: in use %zu after freeing an exited thread's blocks, %zu before", round, now,
                   base);
+        if (fmt_flatmalloc)   /* they went back to their spans, not into this thread's cache */
+            CHECK(json_cached() <= cached, "round %d: thread caches hold %zu B after freeing an exited thread's blocks, %zu before",
+                  round, (size_t)json_cached(), cached);
     }
     printf("ok  orphans: an exited thread's blocks, freed by another, are free again\n");
 }
@@ -357,11 +367,6 @@ static void *idle_thread(void *arg)
     pthread_barrier_wait(&done);
     pthread_barrier_wait(&leave);
     return NULL;
-}
-
-static size_t json_cached(void)
-{
-    return fmt_stat("\"cached\":");
 }
 
 static void case_budget(void)

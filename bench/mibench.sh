@@ -11,6 +11,8 @@
 #   options: --reps N (5)  --only P1,P2  --allocators A,B  --timeout SECS (300, per run)  --out DIR
 #            --load N (0: busy processes running through the whole measurement, fm_load_start)
 #            --list (the programs and their commands, then exit)
+#            --extra NAME=PATH (one more library to preload, e.g. another commit's libflatmalloc.so;
+#            repeatable; not a peer in 'flat / best peer')
 #
 # The score is the wall time, except where bench.sh takes the program's own figure and turns it
 # into a time: larson's "relative time" (1e9 / operations per second), xmalloc-test's rtime,
@@ -30,7 +32,7 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BA
 log() { echo "mibench: $*" >&2; }
 die() { log "$*"; exit 2; }
 
-src='' reps=5 only='' allocs_arg='' limit=300 out='' list=0 load=0
+src='' reps=5 only='' allocs_arg='' limit=300 out='' list=0 load=0 extras=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --src) src=$2; shift ;;
@@ -40,6 +42,7 @@ while [ $# -gt 0 ]; do
     --timeout) limit=$2; shift ;;
     --out) out=$2; shift ;;
     --load) load=$2; shift ;;
+    --extra) extras+=("$2"); shift ;;
     --list) list=1 ;;
     -h|--help) usage ;;
     *) log "unknown option $1"; usage ;;
@@ -215,6 +218,10 @@ else
 fi
 fm_peers
 [ -n "$fm_lib" ] && add_alloc flatmalloc "$fm_lib"
+for e in "${extras[@]}"; do
+  [ -f "${e#*=}" ] && [ "${e%%=*}" != "$e" ] || die "--extra wants NAME=PATH to a library, got $e"
+  add_alloc "${e%%=*}" "$(readlink -f "${e#*=}")"
+done
 allocs=("${all_allocs[@]}")
 if [ -n "$allocs_arg" ]; then
   IFS=, read -r -a allocs <<<"$allocs_arg"
@@ -287,6 +294,7 @@ rows = list(csv.DictReader(open(sys.argv[1])))
 progs = list(dict.fromkeys(r["program"] for r in rows))
 allocs = list(dict.fromkeys(r["allocator"] for r in rows))
 reps = max(int(r["rep"]) for r in rows)
+PEERS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
 
 def med(p, a, f):
     v = [float(r[f]) for r in rows if r["program"] == p and r["allocator"] == a and r["rc"] == "0" and r[f]]
@@ -301,7 +309,7 @@ def table(title, field, scale, fmt):
     for p in progs:
         cells = [fmt % (m[p, a] * scale) if m[p, a] is not None else "fail" for a in allocs]
         if flat:
-            peers = [m[p, a] for a in allocs if a != "flatmalloc" and m[p, a]]
+            peers = [m[p, a] for a in allocs if a in PEERS and m[p, a]]
             f = m[p, "flatmalloc"]
             cells.append("%.2f" % (f / min(peers)) if f and peers else "-")
         print("| %s | " % p + " | ".join(cells) + " |")
@@ -337,7 +345,7 @@ for p in progs:
         if not any(v.values()):
             continue
         m = {a: statistics.median(x) if x else None for a, x in v.items()}
-        peers = [m[a] for a in allocs if a != "flatmalloc" and m[a]]
+        peers = [m[a] for a in allocs if a in PEERS and m[a]]
         f = m.get("flatmalloc")
         print("| %s | %s | " % (p, sp) + " | ".join("%.2f (%d)" % (m[a], len(v[a])) if m[a] else "-" for a in allocs) +
               " | %s |" % ("%.2f" % (f / min(peers)) if f and peers else "-"))

@@ -14,6 +14,7 @@
  * usage: harden [--libc] PROBE    (harden --list prints the probe names)
  * Run in default mode and with FLATMALLOC_CHECK=1; meson registers one test per probe and mode
  * (suite 'harden'). */
+#include "child.h"
 #include "fmtest.h"
 
 #include <malloc.h>
@@ -475,16 +476,6 @@ static const struct probe probes[] = {
 };
 
 /* ---- the parent ---------------------------------------------------------------------------- */
-static size_t slurp(int fd, char *buf, size_t size)
-{
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < size && (r = read(fd, buf + n, size - 1 - n)) > 0)
-        n += (size_t)r;
-    buf[n] = 0;
-    return n;
-}
-
 static void run_child(const struct probe *p)
 {
     _Alignas(64) unsigned char local[256];
@@ -534,8 +525,8 @@ int main(int argc, char **argv)
     close(out[1]);
     close(err[1]);
     static char o[8192], e[8192];
-    slurp(out[0], o, sizeof o);
-    size_t en = slurp(err[0], e, sizeof e);
+    child_slurp(out[0], o, sizeof o);
+    size_t en = child_slurp(err[0], e, sizeof e);
     int st;
     CHECK(waitpid(pid, &st, 0) == pid, "waitpid: %s", strerror(errno));
 

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+
+#include "child.h"
 #include <unistd.h>
 
 static void *volatile sink;
@@ -258,37 +260,18 @@ static const struct hm_case cases[] = {
   {"write_zero_size", write_zero_size, ONE("read or write of a malloc(0) block", "(large area)"), NONE},
 };
 
-static size_t slurp(int fd, char *buf, size_t size) {
-  size_t n = 0;
-  ssize_t r;
-  while (n + 1 < size && (r = read(fd, buf + n, size - 1 - n)) > 0) n += (size_t)r;
-  buf[n] = 0;
-  return n;
+static int hm_body(const void *a) {
+  const struct hm_case *c = a;
+  keep_some();
+  c->run();
+  return kept_intact() ? 0 : 95;
 }
 
 /* 1 detected as expected, 0 went on as expected (not detected), -1 anything else. */
 static int run(const struct hm_case *c, const struct expect *e) {
-  int err[2], ptr[2];
-  if (pipe(err) || pipe(ptr)) return -1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(err[0]);
-    close(ptr[0]);
-    dup2(err[1], 2);
-    dup2(ptr[1], 3);
-    keep_some();
-    c->run();
-    _exit(kept_intact() ? 0 : 95);
-  }
-  close(err[1]);
-  close(ptr[1]);
   char line[512], p[64];
-  slurp(err[0], line, sizeof line);
-  slurp(ptr[0], p, sizeof p);
-  close(err[0]);
-  close(ptr[0]);
-  int st;
-  waitpid(pid, &st, 0);
+  int st = child_run(hm_body, c, line, sizeof line, p, sizeof p);
+  if (st == -1) return -1;
   if (!e->what[0]) {
     if (WIFEXITED(st) && WEXITSTATUS(st) == 0 && !line[0]) return 0;
     fprintf(stderr, "FAIL %s: should go on with its blocks intact: status %#x, stderr: %s\n", c->name, st, line);

@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "child.h"
+
 static void *volatile sink;
 
 /* Reports the pointer the fault will name, on fd 3, before committing it. */
@@ -191,36 +193,16 @@ static const struct fault faults[] = {
   {"usable-span-gone-5k", usable_span_gone_5k, "malloc_usable_size of a freed block", "(large area)", 3},
 };
 
-static size_t slurp(int fd, char *buf, size_t size) {
-  size_t n = 0;
-  ssize_t r;
-  while (n + 1 < size && (r = read(fd, buf + n, size - 1 - n)) > 0) n += (size_t)r;
-  buf[n] = 0;
-  return n;
+static int fault_body(const void *a) {
+  ((const struct fault *)a)->run();
+  return 0;   /* the fault went unnoticed */
 }
 
 /* Runs f in a child; returns 0 when the child died as the fault demands. */
 static int expect_fault(const struct fault *f) {
-  int err[2], ptr[2];
-  if (pipe(err) || pipe(ptr)) return 1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(err[1], 2);
-    dup2(ptr[1], 3);
-    close(err[0]);
-    close(ptr[0]);
-    f->run();
-    _exit(0);   /* the fault went unnoticed */
-  }
-  close(err[1]);
-  close(ptr[1]);
   char line[512], p[64];
-  slurp(err[0], line, sizeof line);
-  slurp(ptr[0], p, sizeof p);
-  close(err[0]);
-  close(ptr[0]);
-  int st;
-  waitpid(pid, &st, 0);
+  int st = child_run(fault_body, f, line, sizeof line, p, sizeof p);
+  if (st == -1) return 1;
   char want[256];
   snprintf(want, sizeof want, "flatmalloc: %s: pointer %s %s", f->message, p, f->where);
   const char *nl = strchr(line, '\n');
@@ -240,27 +222,22 @@ static int expect_fault(const struct fault *f) {
   return 0;
 }
 
+static int clean_body(const void *a) {
+  (void)a;
+  void *v[1000];
+  for (int r = 0; r < 20; r++) {
+    for (int i = 0; i < 1000; i++) fill(v[i] = malloc((size_t)(i * 37 % 70000) + 1), (size_t)(i * 37 % 70000) + 1);
+    for (int i = 0; i < 1000; i += 2) v[i] = realloc(v[i], (size_t)i * 5 + 3);
+    for (int i = 0; i < 1000; i++) free(v[i]);
+  }
+  return 0;
+}
+
 /* A correct program under the same mode exits 0 and says nothing. */
 static int expect_clean(void) {
-  int err[2];
-  if (pipe(err)) return 1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(err[1], 2);
-    void *v[1000];
-    for (int r = 0; r < 20; r++) {
-      for (int i = 0; i < 1000; i++) fill(v[i] = malloc((size_t)(i * 37 % 70000) + 1), (size_t)(i * 37 % 70000) + 1);
-      for (int i = 0; i < 1000; i += 2) v[i] = realloc(v[i], (size_t)i * 5 + 3);
-      for (int i = 0; i < 1000; i++) free(v[i]);
-    }
-    _exit(0);
-  }
-  close(err[1]);
-  char line[512];
-  size_t n = slurp(err[0], line, sizeof line);
-  int st;
-  waitpid(pid, &st, 0);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || n) {
+  char line[512], p[64];
+  int st = child_run(clean_body, NULL, line, sizeof line, p, sizeof p);
+  if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || line[0]) {
     fprintf(stderr, "FAIL clean program: status %#x, stderr: %s\n", st, line);
     return 1;
   }

@@ -16,6 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "child.h"
+
 #define GIB ((size_t)1 << 30)
 static void *volatile sink;
 
@@ -155,35 +157,15 @@ static const struct stop stops[] = {
   {"aligned", aligned, NULL, NULL, NULL, 2},
 };
 
-static size_t slurp(int fd, char *buf, size_t size) {
-  size_t n = 0;
-  ssize_t r;
-  while (n + 1 < size && (r = read(fd, buf + n, size - 1 - n)) > 0) n += (size_t)r;
-  buf[n] = 0;
-  return n;
+static int stop_body(const void *a) {
+  ((const struct stop *)a)->run();
+  return 0;   /* the fault went unnoticed */
 }
 
 static int run(const struct stop *s) {
-  int err[2], ptr[2];
-  if (pipe(err) || pipe(ptr)) return 1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(err[0]);   /* first: one of them may be fd 3 */
-    close(ptr[0]);
-    dup2(err[1], 2);
-    dup2(ptr[1], 3);
-    s->run();
-    _exit(0);   /* the fault went unnoticed */
-  }
-  close(err[1]);
-  close(ptr[1]);
   char line[512], p[64];
-  slurp(err[0], line, sizeof line);
-  slurp(ptr[0], p, sizeof p);
-  close(err[0]);
-  close(ptr[0]);
-  int st;
-  waitpid(pid, &st, 0);
+  int st = child_run(stop_body, s, line, sizeof line, p, sizeof p);
+  if (st == -1) return 1;
   if (s->goes_on && WIFEXITED(st) && WEXITSTATUS(st) == 0 && !line[0]) {
     printf("ok %s: went on, its blocks intact\n", s->name);
     return 0;

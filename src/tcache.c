@@ -268,7 +268,8 @@ static noinline void outbox_flush(struct fm_tcache *tc) {
  * holds at most FM_OUTBOX blocks of others). */
 static noinline void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st) {
   if (tc == &fm_tc_empty) {
-    return remote_send(owner, &(struct fm_blk){(void *)remote_entry(p, c), st}, 1);
+    remote_send(owner, &(struct fm_blk){(void *)remote_entry(p, c), st}, 1);
+    return;
   }
   if (tc->out_n && tc->out_to != owner) outbox_flush(tc);
   tc->out_to = owner;

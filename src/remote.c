@@ -289,7 +289,7 @@ bool remote_hold(struct fm_tag *t, struct fm_tcache *tc) {
 }
 
 /* t's holder lets it go (at its exit): what other threads free for it from now on, and what
- * waits, goes to the classes. It waits for an adopter that is reading the holder's published
+ * waits, goes back to the spans. It waits for an adopter that is reading the holder's published
  * state (the cache it reads is given back next). */
 void remote_release(struct fm_tag *t) {
   while (!taking_claim(t)) sched_yield();

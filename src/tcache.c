@@ -124,10 +124,11 @@ static void bin_widen(struct fm_tcache *tc, unsigned c) {
 }
 
 /* The shard a refill or flush uses now. While no more threads hold a cache than a class has
- * shards, the thread's own (by salt, given out in turn): threads then share no span and no
- * line of states, wherever the kernel moves them (by the CPU they ran on at a refill, two
- * threads that had swapped CPUs on a busy machine refilled from one shard, and each free then
- * wrote a line the other wrote too). With more, one of the two (by salt) of the CPU the thread
+ * shards, the thread's own (by salt, the lowest free one, so a thread that replaces an exited
+ * one works where that one's spans are): threads then share no span and no line of states,
+ * wherever the kernel moves them (by the CPU they ran on at a refill, two threads that had
+ * swapped CPUs on a busy machine refilled from one shard, and each free then wrote a line the
+ * other wrote too). With more, one of the two (by salt) of the CPU the thread
  * runs on (check.c's native calls must not read the thread's storage, where glibc keeps the
  * CPU: they keep to the first two). */
 static unsigned shard_at(unsigned salt) {
@@ -287,6 +288,9 @@ static noinline void remote_free(struct fm_tcache *tc, struct fm_tag *owner, voi
 static pthread_mutex_t caches_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fm_tcache *caches;
 static uint32_t runs_n;      /* caches in heap runs, under caches_lock */
+/* Salts below 64 in use (bit s), under caches_lock: a new cache takes the lowest free one. */
+static uint64_t salts_used;
+static uint16_t salts_next = 64;   /* the next salt once all 64 are in use */
 static uint32_t tags_held;   /* threads holding a tag (atomic) */
 
 /* Gives tc a tag: its blocks from now on carry the tag's LIVE value and it frees them with
@@ -338,9 +342,14 @@ static void cache_init(struct fm_tcache *tc, uint32_t run) {
     tc->row[c + 1] = FM_ROW;
     tc->grow[c + 1] = (uint16_t)(2 * fm_pool.cls[c].batch);
   }
-  static _Atomic uint16_t salt;
-  tc->salt = atomic_fetch_add_explicit(&salt, 1, memory_order_relaxed);
   fm_lock(&caches_lock);
+  if (~salts_used) {
+    tc->salt = (uint16_t)__builtin_ctzll(~salts_used);
+    salts_used |= 1ull << tc->salt;
+  } else {
+    tc->salt = salts_next++;
+    if (salts_next < 64) salts_next = 64;
+  }
   tc->next = caches;
   if (caches) caches->prev = tc;
   caches = tc;
@@ -364,6 +373,7 @@ static void cache_free(struct fm_tcache *tc) {
   else caches = tc->next;
   if (tc->next) tc->next->prev = tc->prev;
   runs_n--;
+  if (tc->salt < 64) salts_used &= ~(1ull << tc->salt);
   fm_unlock(&caches_lock);
   span_free(tc->run - 1);
 }
@@ -609,6 +619,7 @@ void tcache_after_fork(void) {
   struct fm_tcache *me = fm_tc != &fm_tc_empty ? fm_tc : NULL;
   caches = NULL;
   runs_n = 0;
+  salts_used = 0;
   struct fm_tcache *keep[2] = {me, tc_native != &fm_tc_empty && tc_native != me ? tc_native : NULL};
   for (unsigned i = 0; i < 2; i++) {
     struct fm_tcache *tc = keep[i];
@@ -618,6 +629,7 @@ void tcache_after_fork(void) {
     if (caches) caches->prev = tc;
     caches = tc;
     runs_n += tc->run != 0;
+    if (tc->salt < 64) salts_used |= 1ull << tc->salt;
   }
   struct fm_tag *mine = me ? me->t : NULL;
   uint32_t used = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);

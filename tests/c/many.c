@@ -23,6 +23,10 @@
  *          first new thread takes X's tag (with_tag 250 again) and it and 7 more allocate,
  *          exchange and free blocks normally, and free the rest of X's blocks: all intact, in
  *          use back to its start
+ *   succ   12 threads one after another, each allocating 3,000 blocks of 1-9 KiB, checking and
+ *          freeing them all, then exiting: the pool's in_use after the last is no more than
+ *          after the second (a thread that takes an exited one's place works on its shard,
+ *          where the spans the other left still hold its cached blocks)
  *
  *   many [--libc] [case]    runs the case named (default all); --libc runs them under the
  *                           system allocator without the statistics' checks */
@@ -480,6 +484,40 @@ static void case_exit(void)
            (unsigned long long)tags_x, (unsigned long long)tags_gone, (unsigned long long)tags_new);
 }
 
+/* ---- succ: each thread takes an exited one's place ---------------------------------------- */
+#define SU_GENS 12
+#define SU_N 3000
+static fmt_blk su[SU_N];
+
+static void *su_thread(void *arg)
+{
+    fmt_rng r = {(uint64_t)(uintptr_t)arg * 977 + 3};
+    for (int i = 0; i < SU_N; i++)
+        fmt_blk_new(&su[i], 1000 + 1000 * fmt_below(&r, 9), fmt_next(&r), "a successor's block");
+    for (int i = 0; i < SU_N; i++)
+        fmt_blk_free(&su[(i * 7) % SU_N], "a successor's block");
+    return NULL;
+}
+
+static void case_succ(void)
+{
+    warm_up();
+    size_t base = fmt_in_use();
+    uint64_t second = 0, last = 0;
+    for (int g = 0; g < SU_GENS; g++) {
+        fmt_join(fmt_thread(su_thread, (void *)(uintptr_t)g, 0));
+        last = stat_or(",\"in_use\":", 0);
+        if (g == 1)
+            second = last;
+    }
+    if (fmt_flatmalloc)
+        CHECK(last <= second, "after %d threads one after another the pool holds %llu bytes in use, after the "
+              "second %llu", SU_GENS, (unsigned long long)last, (unsigned long long)second);
+    in_use_back(base, "after the successors exited");
+    printf("ok  succ: %d threads one after another; the pool's in_use after the second %llu, after the last %llu\n",
+           SU_GENS, (unsigned long long)second, (unsigned long long)last);
+}
+
 /* glibc keeps exited threads' stacks (40 MiB of them), each with its TLS vector, which it
  * allocates with malloc: the bytes in use after threads exit would count those. The test runs
  * itself again without that cache. */
@@ -509,5 +547,7 @@ int main(int argc, char **argv)
         case_fork();
     if (!only || !strcmp(only, "exit"))
         case_exit();
+    if (!only || !strcmp(only, "succ"))
+        case_succ();
     return 0;
 }

@@ -104,14 +104,27 @@ fm_st *class_verify(const void *p, unsigned c, enum fault_call call) {
   fault_bad(call, FAULT_FOREIGN, p, (int)c);
 }
 
+/* The blocks a batch of a class of this size moves, and that a thread's bin holds at most. */
+static uint32_t batch_of(uint32_t size) {
+  uint32_t batch = FM_BATCH_BYTES / size;
+  if (batch < FM_BATCH_MIN) batch = FM_BATCH_MIN;
+  if (batch > FM_BATCH_MAX) batch = FM_BATCH_MAX;
+  if (fm_pool.realtime && batch > FM_RT_BATCH) batch = FM_RT_BATCH;   /* the slowest call, not the median */
+  return batch;
+}
+
+uint32_t class_bin_max(uint32_t size) {
+  uint32_t batch = batch_of(size), most = FM_BIN_BYTES / size;   /* (FM_BIN_BYTES / FM_ALIGN >= FM_BIN_MAX) */
+  if (most > FM_BIN_MAX) most = FM_BIN_MAX;
+  if (most < 2 * batch || fm_pool.realtime) most = 2 * batch;   /* real-time: a flush moves one batch */
+  return most;
+}
+
 void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chunks) {
   const size_t chunk = FM_CHUNK;
   for (unsigned c = 0, units = 0; c < o->nclass; c++) {
     struct fm_class *k = &fm_pool.cls[c];
-    uint32_t size = o->class_size[c], batch = FM_BATCH_BYTES / size;
-    if (batch < FM_BATCH_MIN) batch = FM_BATCH_MIN;
-    if (batch > FM_BATCH_MAX) batch = FM_BATCH_MAX;
-    if (fm_pool.realtime && batch > FM_RT_BATCH) batch = FM_RT_BATCH;   /* the slowest call, not the median */
+    uint32_t size = o->class_size[c], batch = batch_of(size);
     /* at least FM_SPAN_MIN, FM_SPAN_MIN_BLOCKS blocks and 3 chunks (the summary lives in the 2nd
      * chunk's record, not the last); of the next 8 chunk counts, the one that wastes the
      * smallest share */
@@ -129,9 +142,7 @@ void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chun
     if (size % 64 && n * size % 64 == 0) n--;
     k->size = size;
     k->batch = batch;
-    k->bin_max = FM_BIN_BYTES / size;   /* (FM_BIN_BYTES / FM_ALIGN >= FM_BIN_MAX) */
-    if (k->bin_max > FM_BIN_MAX) k->bin_max = FM_BIN_MAX;
-    if (k->bin_max < 2 * batch || fm_pool.realtime) k->bin_max = 2 * batch;   /* real-time: a flush moves one batch */
+    k->bin_max = class_bin_max(size);
     k->nblocks = (uint32_t)n;
     k->span_chunks = (uint32_t)(span / chunk);
     k->xfer_max = FM_XFER_BYTES / size;   /* blocks held there keep their spans out of the pool */

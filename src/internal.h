@@ -122,6 +122,7 @@ hidden uint32_t large_chunks(const void *p);   /* chunks of large block p */
 
 /* class.c: size classes, their spans, batches */
 hidden void class_setup(const struct fm_options *o, uint8_t *cls_of, uint32_t heap_chunks);
+hidden uint32_t class_bin_max(uint32_t size);   /* blocks a thread's bin of a class of this size holds at most */
 hidden unsigned class_of(size_t size);
 hidden int class_at(const void *p);   /* class of the span holding p, or -1 */
 hidden int class_find(const void *p, fm_st **st);   /* class and state of the block starting at p, or -1 */
@@ -157,6 +158,7 @@ hidden void remote_after_fork(struct fm_tag *mine, uint32_t used);
 
 /* tcache.c: thread caches */
 hidden void tcache_setup(void);
+hidden size_t tcache_bytes(const struct fm_options *o);   /* a thread cache's bytes with these classes */
 hidden void *tcache_alloc(unsigned c, bool borrow, bool *zero);   /* zero: NULL or told whether it reads as zero */
 hidden void tcache_free(void *p, unsigned c, fm_st *st);
 hidden void tcache_native_setup(void);
@@ -171,7 +173,7 @@ hidden void tcache_send(void);   /* the calling thread's outbox goes to its owne
 hidden void tcache_trim(void);   /* malloc_trim: the calling thread's cached blocks given back */
 /* threads: threads holding a cache; tagged: threads holding a tag; bytes: the heap runs the
  * caches take */
-struct tcache_stats { uint64_t threads, tagged, bytes, most_moved; };
+struct tcache_stats { uint64_t threads, tagged, bytes, heap_bytes, most_moved; };   /* heap_bytes: of caches in heap runs */
 hidden void tcache_stats(struct tcache_stats *s);
 
 /* The thread cache's pop, for fast.h and the heap profiler: the newest block of tc's bin c1

@@ -24,13 +24,13 @@ static cold __attribute__((noreturn)) void too_small(size_t size) {
                "pool too small (it needs room for its tables and one span of the largest class)");
 }
 
-/* [ state shadows | class magics | lines | run records | pages bitmap | arenas | size -> class | tags | inboxes | shards | transfer caches ] heap
+/* [ state shadows | class magics | lines | run records | pages bitmap | arenas | size -> class | tags | inboxes | shards | transfer caches | thread caches ] heap
  * The pool is the heap: its tables come on top, in the same reservation, so that a pool of N
  * bytes holds N bytes of blocks. The heap starts on a chunk boundary after them, so every span
  * is aligned to the chunk size. */
 struct layout {
-  size_t nchunks, nshards, shadow_off[FM_SHADOWS], chunk_off, pages_off, arena_off, tab_off, tag_off, inbox_off, shard_off, xfer_off, meta;
-  uint32_t inbox_n;
+  size_t nchunks, nshards, shadow_off[FM_SHADOWS], chunk_off, pages_off, arena_off, tab_off, tag_off, inbox_off, shard_off, xfer_off, cache_off, meta;
+  uint32_t inbox_n, caches_n, cache_bytes;
 };
 
 static void layout_of(size_t size, struct layout *L) {
@@ -66,9 +66,15 @@ static void layout_of(size_t size, struct layout *L) {
   L->inbox_off = align_up(L->tag_off + FM_TAGS * sizeof(struct fm_tag), os_page_size());   /* opened a tag at a time */
   L->shard_off = align_up(L->inbox_off + (size_t)FM_TAGS * L->inbox_n * sizeof(struct fm_slot), FM_SECTOR);
   L->xfer_off = align_up(L->shard_off + o->nclass * L->nshards * sizeof(struct fm_shard), FM_SECTOR);
+  /* the thread caches: on base pages, opened a cache at a time (under a Valgrind tool no thread
+   * holds one); 1/32 of the pool at most, the rest in heap runs */
+  L->cache_bytes = (uint32_t)align_up(tcache_bytes(o), os_page_size());
+  size_t slots = fm_pool.valgrind ? 0 : size / 32 / L->cache_bytes;
+  L->caches_n = slots < FM_CACHES_MAX ? (uint32_t)slots : FM_CACHES_MAX;
+  L->cache_off = align_up(L->xfer_off + o->nclass * L->nshards * FM_XFER * sizeof(struct fm_blk), os_page_size());
   /* the heap starts on a huge page where all of it lies on them (else huge_from is one) */
   size_t heap_align = fm_pool.huge_chunks && !fm_pool.huge_from ? (size_t)fm_pool.huge_chunks << shift : (size_t)1 << shift;
-  L->meta = align_up(L->xfer_off + o->nclass * L->nshards * FM_XFER * sizeof(struct fm_blk), heap_align);
+  L->meta = align_up(L->cache_off + (size_t)L->caches_n * L->cache_bytes, heap_align);
 }
 
 static void pool_layout(void *mem, size_t size, const struct layout *L) {
@@ -83,12 +89,12 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
   uint32_t heap_chunks = (uint32_t)L->nchunks;
   P->heap_size = (size_t)heap_chunks << shift;
   /* Opened as used (lazy_commit): the size -> class table, tags, shards and transfer caches
-   * now; a tag's inbox when a thread first takes the tag (tcache.c); the per-chunk tables as
-   * the heap grows (span.c). */
+   * now; a tag's inbox when a thread first takes the tag and a slot of the cache area when a
+   * thread's cache first lies there (tcache.c); the per-chunk tables as the heap grows (span.c). */
   size_t page = os_page_size(), tab_lo = tab_off & ~(page - 1), shard_lo = L->shard_off & ~(page - 1);
   uintptr_t magics = base + L->chunk_off - FM_MAGICS * sizeof(uint64_t);
   if (P->lazy_commit && (!os_commit((void *)(base + tab_lo), L->inbox_off - tab_lo) ||
-                         !os_commit((void *)(base + shard_lo), meta - shard_lo) ||
+                         !os_commit((void *)(base + shard_lo), L->cache_off - shard_lo) ||
                          !os_commit((void *)(magics & ~(page - 1)), base + L->chunk_off - (magics & ~(page - 1)))))
     options_fail("FLATMALLOC_POOL", o->pool_text ? o->pool_text : "(default)",
                  "the system refused to open the pool's tables (the commit limit, vm.overcommit_memory=2)");
@@ -102,6 +108,9 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
   P->nshards = (unsigned)L->nshards;
   P->cpus = os_cpus();
   P->xfer = (struct fm_blk *)(base + L->xfer_off);
+  P->caches = base + L->cache_off;
+  P->caches_n = L->caches_n;
+  P->cache_bytes = L->cache_bytes;
   for (unsigned c = 0; c < o->nclass; c++) P->cls[c].sh = (struct fm_shard *)(base + L->shard_off) + (size_t)c * L->nshards;
   P->nclass = o->nclass;
   P->small_max = o->class_size[o->nclass - 1];

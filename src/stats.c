@@ -21,7 +21,7 @@ static void cstat(unsigned c, struct cstat *x) {
 
 /* The large area's runs less the thread caches' and the arenas' (runs of it too). */
 static size_t large_only(const struct span_stats *ss, const struct tcache_stats *ts, const struct arena_totals *at) {
-  size_t own = ts->bytes + at->held;
+  size_t own = ts->heap_bytes + at->held;
   return ss->large_held > own ? ss->large_held - own : 0;
 }
 
@@ -196,8 +196,8 @@ struct mallinfo2 flatmalloc_mallinfo2(void) {
   span_stats(&ss);
   struct tcache_stats ts;
   tcache_stats(&ts);
-  size_t large = ss.large_held - ts.bytes;   /* the thread caches' runs are the allocator's own */
-  mi.arena = ss.used - ts.bytes + ss.free;
+  size_t large = ss.large_held - ts.heap_bytes;   /* the thread caches' runs are the allocator's own */
+  mi.arena = ss.used - ts.heap_bytes + ss.free;
   mi.uordblks = used + large - check_held_bytes();   /* memcheck's held-back blocks are free */
   mi.fordblks = mi.arena - mi.uordblks;
   /* free chunks: the classes' free blocks, and the free runs as one (as glibc counts its top

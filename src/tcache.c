@@ -288,6 +288,9 @@ static noinline void remote_free(struct fm_tcache *tc, struct fm_tag *owner, voi
 static pthread_mutex_t caches_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fm_tcache *caches;
 static uint32_t runs_n;      /* caches in heap runs, under caches_lock */
+static uint32_t slots_n;     /* caches in the cache area, likewise */
+static uint64_t slots_used[FM_CACHES_MAX / 64];   /* bit i: slot i holds a cache (caches_lock) */
+static uint32_t slots_open;  /* slots below this are open (lazy_commit) */
 /* Salts below 64 in use (bit s), under caches_lock: a new cache takes the lowest free one. */
 static uint64_t salts_used;
 static uint16_t salts_next = 64;   /* the next salt once all 64 are in use */
@@ -318,25 +321,31 @@ static void tag_drop(struct fm_tcache *tc) {
   __atomic_fetch_sub(&tags_held, 1, __ATOMIC_RELAXED);
 }
 
-/* Bytes of a cache's rows before the long ones; and chunks of a cache's run. */
-static size_t packed_bytes(void) { return offsetof(struct fm_tcache, b) + (size_t)fm_pool.nclass * FM_ROW * sizeof *fm_tc_empty.b; }
+/* Bytes of a cache's rows before the long ones; of a cache with the classes of o (pool.c lays
+ * the cache area out with it); and chunks of a cache's run in the heap. */
+static size_t packed_bytes(unsigned nclass) { return offsetof(struct fm_tcache, b) + (size_t)nclass * FM_ROW * sizeof *fm_tc_empty.b; }
 
-static uint32_t cache_chunks(void) {
-  size_t bytes = packed_bytes();
-  for (unsigned c = 0; c < fm_pool.nclass; c++)
-    if (fm_pool.cls[c].bin_max > FM_ROW) bytes += fm_pool.cls[c].bin_max * sizeof *fm_tc_empty.b;
-  return (uint32_t)((bytes + FM_CHUNK - 1) >> FM_CHUNK_SHIFT);
+size_t tcache_bytes(const struct fm_options *o) {
+  size_t bytes = packed_bytes(o->nclass);
+  for (unsigned c = 0; c < o->nclass; c++) {
+    uint32_t most = class_bin_max(o->class_size[c]);
+    if (most > FM_ROW) bytes += most * sizeof *fm_tc_empty.b;
+  }
+  return bytes;
 }
 
-/* Sets cache tc up (in heap run `run`: first chunk + 1, 0 for check.c's native cache), empty,
- * without a tag, and links it in the list of caches. */
-static void cache_init(struct fm_tcache *tc, uint32_t run) {
+static uint32_t cache_chunks(void) { return (uint32_t)((fm_pool.cache_bytes + FM_CHUNK - 1) >> FM_CHUNK_SHIFT); }
+
+/* Sets cache tc up (in heap run `run` or the cache area's slot `slot`, each + 1; neither for
+ * check.c's native cache), empty, without a tag, and links it in the list of caches. */
+static void cache_init(struct fm_tcache *tc, uint32_t run, uint32_t slot) {
   memset(tc, 0, offsetof(struct fm_tcache, b));
   tc->run = run;
+  tc->slot = slot;
   tc->earned = FM_TC_START;
   tc->tag = ST_LIVE;
   tc->own = ST_NONE;
-  tc->wide = run ? (struct fm_blk *)((char *)tc + packed_bytes()) : NULL;
+  tc->wide = run || slot ? (struct fm_blk *)((char *)tc + packed_bytes(fm_pool.nclass)) : NULL;
   for (unsigned c = 0; c < fm_pool.nclass; c++) {
     tc->base[c + 1] = tc->top[c + 1] = tc->lim[c + 1] = tc->b + (size_t)c * FM_ROW;
     tc->row[c + 1] = FM_ROW;
@@ -354,16 +363,48 @@ static void cache_init(struct fm_tcache *tc, uint32_t run) {
   if (caches) caches->prev = tc;
   caches = tc;
   runs_n += run != 0;
+  slots_n += slot != 0;
   fm_unlock(&caches_lock);
 }
 
-/* A new cache in a run of the heap (the large area's), with empty bins and no room: it grows
- * by demand. The run is not a large block: free() of any address in it stops the program. */
+static struct fm_tcache *slot_cache(uint32_t i) { return (struct fm_tcache *)(fm_pool.caches + (uintptr_t)i * fm_pool.cache_bytes); }
+
+/* The lowest free slot of the cache area, opened, taken; -1 when none is free or the system
+ * refuses to open it. Slots are taken lowest first, so the open ones are the lowest. */
+static int64_t slot_take(void) {
+  int64_t i = -1;
+  fm_lock(&caches_lock);
+  for (uint32_t w = 0; w * 64 < fm_pool.caches_n; w++)
+    if (~slots_used[w]) {
+      i = w * 64 + __builtin_ctzll(~slots_used[w]);
+      break;
+    }
+  if (i >= fm_pool.caches_n) i = -1;
+  if (i >= 0 && (uint32_t)i >= slots_open) {
+    if (fm_pool.lazy_commit && !os_commit(slot_cache((uint32_t)i), fm_pool.cache_bytes)) i = -1;
+    else slots_open = (uint32_t)i + 1;
+  }
+  if (i >= 0) slots_used[i / 64] |= 1ull << (i % 64);
+  fm_unlock(&caches_lock);
+  return i;
+}
+
+/* A new cache, with empty bins and no room (it grows by demand): in the cache area while it has
+ * a slot free, which lies on base pages (an idle thread touches a few pages of its cache, and a
+ * cache on a huge page would make the whole of it resident: 1,000 idle threads 218 MB against
+ * 104 MB); else in a run of the heap (the large area's: not a large block, so free() of any
+ * address in it stops the program). */
 static struct fm_tcache *cache_new(void) {
-  int64_t i = span_alloc(cache_chunks(), FM_CLASS_MAX, true);
+  int64_t i = slot_take();
+  if (i >= 0) {
+    struct fm_tcache *tc = slot_cache((uint32_t)i);
+    cache_init(tc, 0, (uint32_t)i + 1);
+    return tc;
+  }
+  i = span_alloc(cache_chunks(), FM_CLASS_MAX, true);
   if (i < 0) return NULL;
   struct fm_tcache *tc = (struct fm_tcache *)(fm_pool.heap_base + ((uintptr_t)i << FM_CHUNK_SHIFT));
-  cache_init(tc, (uint32_t)i + 1);
+  cache_init(tc, (uint32_t)i + 1, 0);
   return tc;
 }
 
@@ -372,10 +413,19 @@ static void cache_free(struct fm_tcache *tc) {
   if (tc->prev) tc->prev->next = tc->next;
   else caches = tc->next;
   if (tc->next) tc->next->prev = tc->prev;
-  runs_n--;
   if (tc->salt < 64) salts_used &= ~(1ull << tc->salt);
+  if (tc->run) {
+    runs_n--;
+    fm_unlock(&caches_lock);
+    span_free(tc->run - 1);
+    return;
+  }
+  /* a slot's pages go back (not in the real-time profile, nor from hugetlb pages), the slot stays open */
+  uint32_t i = tc->slot - 1;
+  slots_n--;
+  if (!fm_pool.realtime && !fm_pool.hugetlb) os_release(tc, fm_pool.cache_bytes);
+  slots_used[i / 64] &= ~(1ull << (i % 64));
   fm_unlock(&caches_lock);
-  span_free(tc->run - 1);
 }
 
 static void tcache_exit(void *v) {
@@ -429,7 +479,8 @@ void tcache_stats(struct tcache_stats *s) {
   fm_lock(&caches_lock);
   s->threads = atomic_load_explicit(&fm_pool.caches_live, memory_order_relaxed);
   s->tagged = __atomic_load_n(&tags_held, __ATOMIC_RELAXED);
-  s->bytes = (uint64_t)runs_n * cache_chunks() << FM_CHUNK_SHIFT;
+  s->heap_bytes = (uint64_t)runs_n * cache_chunks() << FM_CHUNK_SHIFT;
+  s->bytes = s->heap_bytes + (uint64_t)slots_n * fm_pool.cache_bytes;
   s->most_moved = atomic_load_explicit(&most_moved, memory_order_relaxed);
   fm_unlock(&caches_lock);
 }
@@ -444,7 +495,7 @@ static void *take(struct fm_tcache *tc, unsigned c, bool borrow, bool *zero) {
   tc->taking = true;
   outbox_flush(tc);
   if (tc->t) remote_collect(tc, fm_pool.realtime ? FM_RT_BATCH : remote_behind(tc->t) ? FM_COLLECT_BEHIND : FM_COLLECT);
-  else if (tc->run && tag_free()) tag_take(tc);   /* (a thread's cache: not the empty one, nor check.c's native one) */
+  else if ((tc->run || tc->slot) && tag_free()) tag_take(tc);   /* (a thread's cache: not the empty one, nor check.c's native one) */
   unsigned sh = shard_now(tc);
   /* the tag this thread sent to last, when its holder has fallen behind (off its CPU): its
    * blocks come into this cache */
@@ -512,7 +563,7 @@ static union {
 
 void tcache_native_setup(void) {
   struct fm_tcache *tc = &native_cache.tc;
-  cache_init(tc, 0);
+  cache_init(tc, 0, 0);
   tc_native = tc;
 }
 
@@ -618,7 +669,7 @@ void tcache_after_fork(void) {
   if (fm_lock_held(&caches_lock)) fm_lock_init(&caches_lock, false);
   struct fm_tcache *me = fm_tc != &fm_tc_empty ? fm_tc : NULL;
   caches = NULL;
-  runs_n = 0;
+  runs_n = slots_n = 0;
   salts_used = 0;
   struct fm_tcache *keep[2] = {me, tc_native != &fm_tc_empty && tc_native != me ? tc_native : NULL};
   for (unsigned i = 0; i < 2; i++) {
@@ -629,6 +680,7 @@ void tcache_after_fork(void) {
     if (caches) caches->prev = tc;
     caches = tc;
     runs_n += tc->run != 0;
+    slots_n += tc->slot != 0;
     if (tc->salt < 64) salts_used |= 1ull << tc->salt;
   }
   struct fm_tag *mine = me ? me->t : NULL;

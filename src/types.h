@@ -11,14 +11,16 @@
  * the heap is used). The reservation is inaccessible and opened (mprotect) as it is used: the
  * heap and its per-chunk tables up to the highest chunk taken, in steps of 1 MiB (span.c's
  * commit_to; whole huge pages where the heap lies on them, HUGE PAGES below), a tag's inbox
- * when a thread first takes the tag, the fixed tables at start-up; so mlockall locks what the
+ * when a thread first takes the tag, a slot of the cache area when a thread's cache first lies
+ * there, the fixed tables at start-up; so mlockall locks what the
  * heap uses, not the pool. fm_pool.chunks_open counts the chunks whose records are open: a
  * pointer into a chunk above is in no block, and no lookup reads its records (free()'s fast
  * path is bounded by it, the slow paths test it). Prefaulted, it is opened and populated whole
  * at start-up; under a Valgrind tool it is the tool's mapping. The meta area holds the blocks'
  * states (BLOCK STATE below) and, per chunk, a line (struct fm_line: the span and class it
  * belongs to), a run record and a bit "may hold pages"; plus the size -> class table, the owner
- * tags, the classes' shards and their transfer caches. No allocator metadata lives in free
+ * tags, the classes' shards and their transfer caches, and the cache area (thread caches, on
+ * base pages: THREAD CACHE below). No allocator metadata lives in free
  * memory: a stray write into a freed block can corrupt nothing but that block. No cache line of
  * meta that malloc() and free() write holds records of two spans, nor does a sector (FM_SECTOR:
  * the two cache lines a CPU fetches together) of chunk records (a chunk's line and its run
@@ -117,9 +119,12 @@
  * blocks and a program's peak low, and the owner of a block, not of a span, is what makes a
  * racing double free harmless. Blocks in spans change state only under their shard's lock.
  *
- * THREAD CACHE (tcache.c, fast paths in fast.h). Every thread gets one, a run of the heap taken
- * at its first call (only the rows of the classes it uses are touched), linked in a list the
- * statistics read. Per class, an array of free blocks. malloc pops and writes its tag's LIVE;
+ * THREAD CACHE (tcache.c, fast paths in fast.h). Every thread gets one at its first call, in
+ * the lowest free slot of the cache area (FM_CACHES_MAX slots, 1/32 of the pool at most, on
+ * base pages: a thread touches only the rows of the classes it uses, and a cache on a huge page
+ * would make all of it resident), or once none is free in a run of the heap; linked in a list
+ * the statistics read. A thread that takes an exited one's place gets its salt (the lowest
+ * free), and so its shard, where that one's spans are. Per class, an array of free blocks. malloc pops and writes its tag's LIVE;
  * free checks the block's state is its own LIVE, writes CACHED and pushes. A bin's room grows
  * by demand, a batch at a time, to two batches, and past that up to its class's bin_max
  * (FM_BIN_BYTES of blocks, at most FM_BIN_MAX) by a batch each time it must take blocks from
@@ -135,7 +140,7 @@
  * FM_TC_MIN, at most FM_TC_MAX); so a pool of threads that allocated a little and now wait
  * holds little, and a busy thread among thousands still caches what it churns. A full bin gives
  * half to the class (at most FM_BIN_MAX / 2 blocks in one call), an empty one takes a batch. A
- * thread that exits gives everything back, its cache's run included.
+ * thread that exits gives everything back, its cache's slot (and its pages) or run included.
  *
  * LARGE BLOCK (large.c). A request above the largest class is a run of its own: the block
  * starts on a chunk boundary, its size and state are in the run record, never beside it.
@@ -212,6 +217,7 @@
 #define FM_TC_PER_CPU (8u << 20)     /* bytes all thread caches may hold, per CPU, shared by threads, */
 #define FM_TC_MIN (1u << 20)         /* ... but a thread's share is at least this */
 #define FM_TC_MAX (2u << 20)         /* ... and never more than this */
+#define FM_CACHES_MAX 16384u        /* thread caches the cache area holds at most (1/32 of the pool at most) */
 #define FM_TC_START (32u << 10)      /* a new thread's budget, which doubles by demand up to its share */
 #define FM_TC_EARN 256u              /* ... each time its bins could not grow this many times */
 #define FM_COLLECT 64u               /* remotely freed blocks one refill takes home at most, */
@@ -304,8 +310,8 @@ struct fm_tag {
 /* A thread cache: per class (indexed by class + 1, as the page map and the size table name
  * classes), its free blocks b[c1][base..top), newest last, each beside its state byte.
  * free() pushes while top < lim; an empty cache (NULL, NULL, NULL) sends every call to the
- * slow path. Every thread gets one, in a run of the heap taken when the thread first calls
- * (only the rows of the classes it uses are ever touched); the caches are linked in a list that
+ * slow path. Every thread gets one, in a slot of the cache area or a run of the heap, when the
+ * thread first calls (only the rows of the classes it uses are ever touched); the caches are linked in a list that
  * the statistics read without the threads' help. */
 #define FM_BINS (FM_CLASS_MAX + 1)
 struct fm_tcache {
@@ -315,7 +321,8 @@ struct fm_tcache {
   uint16_t salt;         /* which of its CPU's two shards the thread uses */
   uint32_t victim;       /* next bin a budget shortfall shrinks */
   struct fm_tag *t;      /* its tag, or NULL */
-  uint32_t run;          /* the heap run holding this cache (first chunk + 1; 0: static) */
+  uint32_t run;          /* the heap run holding this cache (first chunk + 1; 0: none) */
+  uint32_t slot;         /* the cache area's slot holding it (+ 1; 0: none; neither: static) */
   uint64_t cap_bytes;    /* room of all bins, in bytes */
   uint64_t budget;       /* what they may hold (tcache.c's budget) while live_seen threads hold a cache */
   uint32_t live_seen;
@@ -457,6 +464,9 @@ struct fm_pool {
   uint32_t huge_from;        /* the first chunk on huge pages (one starts there) */
   bool hugetlb;              /* the pool is the kernel's reserved huge pages (FLATMALLOC_HUGEPAGES=hugetlb) */
   uintptr_t huge_table;      /* the chunks' records lie on huge pages from this address on (0: none) */
+  uintptr_t caches;          /* the cache area: caches_n slots of cache_bytes, each a thread cache (tcache.c) */
+  uint32_t caches_n;
+  uint32_t cache_bytes;
   _Atomic uint32_t tags_used;
   _Atomic uint32_t tags_free;     /* unused tags waiting in tcache.c's FIFO */
   _Atomic uint32_t caches_live;   /* threads holding a cache: they share tc_total */

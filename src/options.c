@@ -241,7 +241,7 @@ static const struct option options[] = {
   {"FLATMALLOC_RETAIN", "64M", opt_retain, "free large memory kept resident before pages go back"},
   {"FLATMALLOC_RETAIN_DELAY", "1000", opt_retain_delay, "ms the pages of a shrinking heap stay before going back"},
   {"FLATMALLOC_PREFAULT", "0", opt_prefault, "1: the real-time profile: every page of the pool resident at start-up and kept (needs FLATMALLOC_POOL)"},
-  {"FLATMALLOC_HUGEPAGES", "auto", opt_hugepages, "auto: a heap past 8 MiB on transparent huge pages; 0: base pages only; hugetlb: the pool from the kernel's reserved huge pages"},
+  {"FLATMALLOC_HUGEPAGES", "auto", opt_hugepages, "auto: a heap past 16 MiB on transparent huge pages; 0: base pages only; hugetlb: the pool from the kernel's reserved huge pages"},
   {"FLATMALLOC_STATS", "0", opt_stats, "1: print statistics to stderr at exit"},
   {"FLATMALLOC_CHECK", "0", opt_check, "1: checking mode (headers, canaries, abort on misuse)"},
   {"FLATMALLOC_PROFILE", "unset", opt_profile, "record request sizes and peaks into FILE.PID at exit"},

@@ -29,8 +29,8 @@
  * common line, whichever chunks their spans have side by side.
  *
  * HUGE PAGES (pool.c, span.c). Where the kernel offers transparent huge pages, the heap from
- * the first huge page past FM_HUGE_FROM (8 MiB) is advised onto them (the tables and the first
- * 8 MiB off them in "always" mode, so a small program is no bigger), opened in whole aligned
+ * the first huge page past FM_HUGE_FROM (16 MiB) is advised onto them (the tables and the first
+ * 16 MiB off them in "always" mode, so a small program is no bigger), opened in whole aligned
  * huge pages, and a huge page stays whole while any of it is used: a run cut from one marks
  * the rest of it as holding pages (the kernel faulted it in whole), so the next runs fill it
  * first, and pages go back only in whole huge pages; free chunks inside a huge page still in
@@ -209,7 +209,7 @@
 #define FM_BORROW_STEPS 8u           /* a class that cannot grow takes blocks of the next ones */
 #define FM_BOOT_BYTES (256u << 10)   /* bootstrap buffer for calls made before the pool exists */
 #define FM_RETAIN_DEFAULT (64ull << 20)
-#define FM_HUGE_FROM (8u << 20)      /* the heap above its first this many bytes lies on huge pages */
+#define FM_HUGE_FROM (16u << 20)     /* the heap above its first this many bytes lies on huge pages */
 #define FM_HUGE_MAX (32u << 20)      /* huge pages bigger than this are not used */
 #define FM_TAGS 250u                 /* threads whose blocks carry their own LIVE value at once */
 #define FM_TAG_WAIT 8u               /* unused tags that wait before the oldest is taken again (tcache.c) */

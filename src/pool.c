@@ -67,9 +67,10 @@ static void layout_of(size_t size, struct layout *L) {
   L->shard_off = align_up(L->inbox_off + (size_t)FM_TAGS * L->inbox_n * sizeof(struct fm_slot), FM_SECTOR);
   L->xfer_off = align_up(L->shard_off + o->nclass * L->nshards * sizeof(struct fm_shard), FM_SECTOR);
   /* the thread caches: on base pages, opened a cache at a time (under a Valgrind tool no thread
-   * holds one); 1/32 of the pool at most, the rest in heap runs */
+   * holds one); 1/32 of the pool at most, the rest in heap runs; none under RLIMIT_AS, where the
+   * program needs the address space it leaves (the caches are then heap runs) */
   L->cache_bytes = (uint32_t)align_up(tcache_bytes(o), os_page_size());
-  size_t slots = fm_pool.valgrind ? 0 : size / 32 / L->cache_bytes;
+  size_t slots = fm_pool.valgrind || os_address_limit() != UINT64_MAX ? 0 : size / 32 / L->cache_bytes;
   L->caches_n = slots < FM_CACHES_MAX ? (uint32_t)slots : FM_CACHES_MAX;
   L->cache_off = align_up(L->xfer_off + o->nclass * L->nshards * FM_XFER * sizeof(struct fm_blk), os_page_size());
   /* the heap starts on a huge page where all of it lies on them (else huge_from is one) */

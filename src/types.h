@@ -120,9 +120,10 @@
  * racing double free harmless. Blocks in spans change state only under their shard's lock.
  *
  * THREAD CACHE (tcache.c, fast paths in fast.h). Every thread gets one at its first call, in
- * the lowest free slot of the cache area (FM_CACHES_MAX slots, 1/32 of the pool at most, on
- * base pages: a thread touches only the rows of the classes it uses, and a cache on a huge page
- * would make all of it resident), or once none is free in a run of the heap; linked in a list
+ * the lowest free slot of the cache area (FM_CACHES_MAX slots, 1/32 of the pool at most, none
+ * under RLIMIT_AS; on base pages: a thread touches only the rows of the classes it uses, and a
+ * cache on a huge page would make all of it resident), or once none is free in a run of the
+ * heap; linked in a list
  * the statistics read. A thread that takes an exited one's place gets its salt (the lowest
  * free), and so its shard, where that one's spans are. Per class, an array of free blocks. malloc pops and writes its tag's LIVE;
  * free checks the block's state is its own LIVE, writes CACHED and pushes. A bin's room grows

@@ -289,8 +289,12 @@ static pthread_mutex_t caches_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fm_tcache *caches;
 static uint32_t runs_n;      /* caches in heap runs, under caches_lock */
 static uint32_t slots_n;     /* caches in the cache area, likewise */
-static uint64_t slots_used[FM_CACHES_MAX / 64];   /* bit i: slot i holds a cache (caches_lock) */
+static uint64_t slots_used[FM_CACHES_MAX / 64];   /* bit i: slot i holds a cache or is warm (caches_lock) */
 static uint32_t slots_open;  /* slots below this are open (lazy_commit) */
+/* Slots of exited threads that kept their pages, the latest last (caches_lock): the next new
+ * threads take them first, so a program that keeps starting short threads faults in no cache
+ * and gives none back (mimalloc-bench's mleak: 5,000 threads, a madvise and two faults each). */
+static uint32_t warm[FM_WARM_SLOTS], warm_n;
 /* Salts below 64 in use (bit s), under caches_lock: a new cache takes the lowest free one. */
 static uint64_t salts_used;
 static uint16_t salts_next = 64;   /* the next salt once all 64 are in use */
@@ -374,6 +378,11 @@ static struct fm_tcache *slot_cache(uint32_t i) { return (struct fm_tcache *)(fm
 static int64_t slot_take(void) {
   int64_t i = -1;
   fm_lock(&caches_lock);
+  if (warm_n) {   /* (still marked used, and open) */
+    i = warm[--warm_n];
+    fm_unlock(&caches_lock);
+    return i;
+  }
   for (uint32_t w = 0; w * 64 < fm_pool.caches_n; w++)
     if (~slots_used[w]) {
       i = w * 64 + __builtin_ctzll(~slots_used[w]);
@@ -420,11 +429,16 @@ static void cache_free(struct fm_tcache *tc) {
     span_free(tc->run - 1);
     return;
   }
-  /* a slot's pages go back (not in the real-time profile, nor from hugetlb pages), the slot stays open */
+  /* the slot stays open; it keeps its pages for the next thread while FM_WARM_SLOTS others do,
+   * else they go back (not in the real-time profile, nor from hugetlb pages) */
   uint32_t i = tc->slot - 1;
   slots_n--;
-  if (!fm_pool.realtime && !fm_pool.hugetlb) os_release(tc, fm_pool.cache_bytes);
-  slots_used[i / 64] &= ~(1ull << (i % 64));
+  if (warm_n < FM_WARM_SLOTS) {
+    warm[warm_n++] = i;
+  } else {
+    if (!fm_pool.realtime && !fm_pool.hugetlb) os_release(tc, fm_pool.cache_bytes);
+    slots_used[i / 64] &= ~(1ull << (i % 64));
+  }
   fm_unlock(&caches_lock);
 }
 

@@ -141,7 +141,9 @@
  * FM_TC_MIN, at most FM_TC_MAX); so a pool of threads that allocated a little and now wait
  * holds little, and a busy thread among thousands still caches what it churns. A full bin gives
  * half to the class (at most FM_BIN_MAX / 2 blocks in one call), an empty one takes a batch. A
- * thread that exits gives everything back, its cache's slot (and its pages) or run included.
+ * thread that exits gives everything back, its cache's run or slot included; a slot keeps its pages
+ * for the next thread while fewer than FM_WARM_SLOTS others do (a program that keeps starting
+ * short threads faults no cache in).
  *
  * LARGE BLOCK (large.c). A request above the largest class is a run of its own: the block
  * starts on a chunk boundary, its size and state are in the run record, never beside it.
@@ -219,6 +221,7 @@
 #define FM_TC_MIN (1u << 20)         /* ... but a thread's share is at least this */
 #define FM_TC_MAX (2u << 20)         /* ... and never more than this */
 #define FM_CACHES_MAX 16384u        /* thread caches the cache area holds at most (1/32 of the pool at most) */
+#define FM_WARM_SLOTS 64u            /* exited threads' slots that keep their pages for the next threads */
 #define FM_TC_START (32u << 10)      /* a new thread's budget, which doubles by demand up to its share */
 #define FM_TC_EARN 256u              /* ... each time its bins could not grow this many times */
 #define FM_COLLECT 64u               /* remotely freed blocks one refill takes home at most, */

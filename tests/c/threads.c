@@ -8,11 +8,13 @@
  * Every block carries a tag pattern, checked by whoever frees it. After each wave main checks and
  * frees what it was handed; then the bytes in use (mallinfo2().uordblks) must be back at the level
  * measured after a warm-up wave, and the resident size must not keep growing from wave to wave
- * (memory cached by exited threads that never came back would show up there). */
+ * (memory cached by exited threads that never came back would show up there). Then waves of
+ * short threads (short_threads) must fault no cache in. */
 #include "fmtest.h"
 
 #include <malloc.h>
 #include <pthread.h>
+#include <sys/resource.h>
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -135,6 +137,47 @@ static size_t in_use(void)
     return mallinfo2().uordblks;
 }
 
+/* A short thread, as mimalloc-bench's mleak starts them by the thousand: one block, freed. */
+static void *short_main(void *arg)
+{
+    unsigned char *p = calloc(16, 8);
+    CHECK(p != NULL && p[127] == 0, "calloc(16, 8) in a short thread");
+    p[0] = (unsigned char)(uintptr_t)arg;
+    free(p);
+    return NULL;
+}
+
+static long faults(void)
+{
+    struct rusage u;
+    CHECK(getrusage(RUSAGE_SELF, &u) == 0, "getrusage");
+    return u.ru_minflt + u.ru_majflt;
+}
+
+/* Waves of SHORT_WAVE short threads (within flatmalloc's FM_WARM_SLOTS): after the first, a wave
+ * takes the caches the last one left, pages and all, and faults none in (glibc reuses the
+ * stacks): fewer page faults over SHORT_WAVES waves than one per SHORT_WAVE threads. */
+#define SHORT_WAVES 20
+#define SHORT_WAVE 40
+static void short_threads(pthread_attr_t *attr)
+{
+    pthread_t tid[SHORT_WAVE];
+    long before = 0;
+    for (int w = 0; w <= SHORT_WAVES; w++) {
+        if (w == 1)
+            before = faults();
+        for (int i = 0; i < SHORT_WAVE; i++)
+            CHECK(pthread_create(&tid[i], attr, short_main, (void *)(uintptr_t)i) == 0, "pthread_create (short)");
+        for (int i = 0; i < SHORT_WAVE; i++)
+            CHECK(pthread_join(tid[i], NULL) == 0, "pthread_join (short)");
+    }
+    long n = faults() - before;
+    printf("threads: %d waves of %d short threads after the first: %ld page faults\n", SHORT_WAVES, SHORT_WAVE, n);
+    if (fmt_flatmalloc)
+        CHECK(n < SHORT_WAVES, "%d waves of %d short threads, each one calloc and free, took %ld page faults: the "
+              "exited threads' caches did not keep their pages for the next", SHORT_WAVES, SHORT_WAVE, n);
+}
+
 static size_t rss_bytes(void)
 {
     FILE *f = fopen("/proc/self/statm", "r");
@@ -211,6 +254,7 @@ int main(int argc, char **argv)
     if (fmt_flatmalloc)
         CHECK(arena_end <= arena10 + 64 * MiB, "mallinfo2().arena grew from %zu after wave 10 to %zu after wave %d",
               arena10, arena_end, WAVES - 1);
+    short_threads(&attr);
     int (*heap_check)(void) = (int (*)(void))fmt_sym("flatmalloc_heap_check");
     if (heap_check) {
         int faults = heap_check();

@@ -25,8 +25,8 @@
  *          use back to its start
  *   succ   12 threads one after another, each allocating 3,000 blocks of 1-9 KiB, checking and
  *          freeing them all, then exiting: the pool's in_use after the last is no more than
- *          after the second (a thread that takes an exited one's place works on its shard,
- *          where the spans the other left still hold its cached blocks)
+ *          2 MiB over what it was after the second (a thread that takes an exited one's place
+ *          works on its shard, where the spans the other left still hold its cached blocks)
  *
  *   many [--libc] [case]    runs the case named (default all); --libc runs them under the
  *                           system allocator without the statistics' checks */
@@ -487,6 +487,7 @@ static void case_exit(void)
 /* ---- succ: each thread takes an exited one's place ---------------------------------------- */
 #define SU_GENS 12
 #define SU_N 3000
+#define SU_SLACK (2 * 1024 * KiB)
 static fmt_blk su[SU_N];
 
 static void *su_thread(void *arg)
@@ -510,8 +511,10 @@ static void case_succ(void)
         if (g == 1)
             second = last;
     }
+    /* (a heap the other cases left fragmented moves by a few hundred KiB from one thread to the
+     * next; a successor on a shard of its own took a whole generation's 15 MB more) */
     if (fmt_flatmalloc)
-        CHECK(last <= second, "after %d threads one after another the pool holds %llu bytes in use, after the "
+        CHECK(last <= second + SU_SLACK, "after %d threads one after another the pool holds %llu bytes in use, after the "
               "second %llu", SU_GENS, (unsigned long long)last, (unsigned long long)second);
     in_use_back(base, "after the successors exited");
     printf("ok  succ: %d threads one after another; the pool's in_use after the second %llu, after the last %llu\n",

@@ -36,11 +36,20 @@ void *large_alloc(size_t size, size_t align) {
   return mark(span_alloc_aligned(len, align));
 }
 
+/* Clears chunks [i, j) of the block p of size bytes (only up to size). */
+static void clear(uint8_t *p, size_t size, uint32_t i, uint32_t j) {
+  size_t at = (size_t)i << FM_CHUNK_SHIFT, len = (size_t)(j - i) << FM_CHUNK_SHIFT;
+  if (at < size) memset(p + at, 0, size - at < len ? size - at : len);
+}
+
 /* calloc of a large block. Chunks that may hold pages are cleared. The others never held pages
  * or gave them back, but a stray write past a neighbouring block may have touched them since:
  * giving their pages back again makes them read as zero, in one system call per stretch, at
  * the cost of a page-table walk where (as almost always) no page is there, and without
- * faulting a page in. A prefaulted pool keeps its pages: those are cleared too. */
+ * faulting a page in; but only whole huge pages: part of one that another run uses is
+ * cleared instead (a madvise there would split it, 0.4 ms on this VM, and stress-ng's calloc
+ * churn made 6,600 of them in 20,000 calls). A prefaulted pool keeps its pages: those are
+ * cleared too. */
 void *large_calloc(size_t size) {
   uint8_t *p = large_alloc(size, 0);
   if (!p) return NULL;
@@ -48,8 +57,11 @@ void *large_calloc(size_t size) {
   for (uint32_t i = 0, j; i < n; i = j) {
     bool dirty = span_chunk_dirty(first + i);
     for (j = i + 1; j < n && span_chunk_dirty(first + j) == dirty;) j++;
-    size_t at = (size_t)i << FM_CHUNK_SHIFT, len = (size_t)(j - i) << FM_CHUNK_SHIFT;
-    if (dirty || fm_pool.opt.prefault || !os_release(p + at, len)) memset(p + at, 0, size - at < len ? size - at : len);
+    uint32_t lo = j, hi = j;
+    if (!dirty && !fm_pool.opt.prefault) span_whole(first + i, first + j, &lo, &hi), lo -= first, hi -= first;
+    if (lo < hi && !os_release(p + ((size_t)lo << FM_CHUNK_SHIFT), (size_t)(hi - lo) << FM_CHUNK_SHIFT)) lo = hi = j;
+    clear(p, size, i, lo);
+    clear(p, size, hi, j);
   }
   return p;
 }

@@ -121,6 +121,18 @@ static void givable(uint32_t i, uint32_t end, uint32_t *lo, uint32_t *hi) {
   if (*hi < *lo) *hi = *lo;
 }
 
+/* The chunks of [from, to) (inside one run) whose pages can go back without splitting a huge
+ * page that another run may use: all of them below the huge pages, among them the whole huge
+ * pages inside. */
+void span_whole(uint32_t from, uint32_t to, uint32_t *lo, uint32_t *hi) {
+  *lo = from;
+  *hi = to;
+  if (!on_huge(to - 1)) return;
+  if (from >= fm_pool.huge_from) *lo = hp_up(from);
+  *hi = hp_down(to);
+  if (*hi < *lo) *hi = *lo;
+}
+
 /* Chunks of [from, to), in a huge page that a run just taken lies in, that were held to have
  * no pages: the kernel faults the huge page in whole, so they count as holding pages now (their
  * bits stay clear: never written, they still read as zero, which calloc relies on). */

@@ -88,7 +88,7 @@ hidden cold __attribute__((noreturn)) void options_fail(const char *name, const 
 hidden void options_check_room(const struct fm_options *o, uint32_t heap_chunks);   /* after class_setup */
 
 /* span.c: runs of chunks, for spans and large blocks */
-hidden void span_setup(uint64_t *pages, uint32_t nchunks, uint64_t retain_bytes);
+hidden void span_setup(uint64_t *pages, uint8_t *kinds, uint32_t nchunks, uint64_t retain_bytes);
 hidden int64_t span_alloc(uint32_t len, unsigned owner, bool large);   /* first chunk, or -1 */
 hidden int64_t span_alloc_aligned(uint32_t len, size_t align);
 hidden int64_t span_alloc_arena(uint32_t len);   /* a RUN_ARENA run (arena.c), owned as the large area */

@@ -24,12 +24,12 @@ static cold __attribute__((noreturn)) void too_small(size_t size) {
                "pool too small (it needs room for its tables and one span of the largest class)");
 }
 
-/* [ state shadows | class magics | lines | run records | pages bitmap | arenas | size -> class | tags | inboxes | shards | transfer caches | thread caches ] heap
+/* [ state shadows | class magics | lines | run records | pages bitmap | arenas | size -> class | zones | tags | inboxes | shards | transfer caches | thread caches ] heap
  * The pool is the heap: its tables come on top, in the same reservation, so that a pool of N
  * bytes holds N bytes of blocks. The heap starts on a chunk boundary after them, so every span
  * is aligned to the chunk size. */
 struct layout {
-  size_t nchunks, nshards, shadow_off[FM_SHADOWS], chunk_off, pages_off, arena_off, tab_off, tag_off, inbox_off, shard_off, xfer_off, cache_off, meta;
+  size_t nchunks, nshards, shadow_off[FM_SHADOWS], chunk_off, pages_off, arena_off, tab_off, kinds_off, tag_off, inbox_off, shard_off, xfer_off, cache_off, meta;
   uint32_t inbox_n, caches_n, cache_bytes;
 };
 
@@ -59,7 +59,10 @@ static void layout_of(size_t size, struct layout *L) {
   L->pages_off = align_up(L->chunk_off + L->nchunks * sizeof(struct fm_chunk), 64);
   L->arena_off = align_up(L->pages_off + (L->nchunks + 63) / 64 * 8, 64);   /* committed with the per-chunk tables */
   L->tab_off = align_up(L->arena_off + (L->nchunks / FM_ARENA_CHUNKS + 1) * FM_ARENA_REC, 64);
-  L->tag_off = align_up(L->tab_off + ntab, FM_SECTOR);
+  /* a byte per huge page of the heap (span.c's zones), opened with the size -> class table */
+  L->kinds_off = align_up(L->tab_off + ntab, 64);
+  size_t hp = fm_pool.huge_chunks ? fm_pool.huge_chunks : 1;
+  L->tag_off = align_up(L->kinds_off + L->nchunks / hp + 2, FM_SECTOR);
   /* the tags' inboxes: 1/64 of the pool at most (under a Valgrind tool no thread holds a tag) */
   L->inbox_n = FM_INBOX_MAX;
   while (L->inbox_n > FM_OUTBOX && (fm_pool.valgrind || (size_t)FM_TAGS * L->inbox_n * sizeof(struct fm_slot) > size / 64)) L->inbox_n /= 2;
@@ -123,7 +126,7 @@ static void pool_layout(void *mem, size_t size, const struct layout *L) {
   for (unsigned c = 0; c < o->nclass; c++)
     if (heap_chunks < P->cls[c].span_chunks) too_small(size);   /* the largest class's, as a rule */
   options_check_room(o, heap_chunks);
-  span_setup((uint64_t *)(base + L->pages_off), heap_chunks, o->retain);
+  span_setup((uint64_t *)(base + L->pages_off), (uint8_t *)(base + L->kinds_off), heap_chunks, o->retain);
 }
 
 /* ---- huge pages ---------------------------------------------------------------------------

@@ -34,15 +34,27 @@
 #define RELEASE_CHUNKS 32u    /* chunks a release may give back beyond the ones it freed */
 #define RELEASE_WORDS 64u     /* bitmap words one release may scan */
 
+/* Where a run may lie. Where the heap lies on huge pages (past huge_from), each of its huge
+ * pages is DENSE (advised onto huge pages) or SPARSE (advised off them); below, BASE. Spans of
+ * the classes up to FM_DENSE_MAX, large blocks of a huge page or more and arena slabs are
+ * dense: their memory is written as it is handed out. The rest are sparse: a program may write
+ * one word of a 48 KiB block, and on a huge page all of its 2 MiB would be resident
+ * (stress-ng's malloc stressor: 290 MB against 168 on base pages). A free run lies in one zone
+ * and merges only within it; a huge page changes kind only while no run uses it (convert). */
+enum { Z_BASE, Z_DENSE, Z_SPARSE, ZONES };
+enum { K_DENSE, K_SPARSE };   /* H.kinds: fresh meta reads K_DENSE, as pool.c advises the heap */
+
 static struct {
   pthread_mutex_t lock;
   uint64_t *pages;           /* bit per chunk: may hold pages */
   uint32_t nchunks, top;     /* [top, nchunks) was never handed out */
   uint32_t quarantine;       /* runs that start below it belong to a forked parent */
   uint32_t committed;        /* chunks made accessible (strict overcommit) */
-  uint32_t fl_map[2];                   /* [0]: free runs without pages, [1]: with (RUN_WARM) */
-  uint32_t sl_map[2][FL_COUNT];
-  uint32_t heads[2][FL_COUNT][SL_COUNT];   /* chunk index + 1 */
+  uint32_t fl_map[ZONES][2];            /* per zone, [0]: free runs without pages, [1]: with (RUN_WARM) */
+  uint32_t sl_map[ZONES][2][FL_COUNT];
+  uint32_t heads[ZONES][2][FL_COUNT][SL_COUNT];   /* chunk index + 1 */
+  uint8_t *kinds;                       /* per huge page past huge_from: K_DENSE or K_SPARSE */
+  unsigned hp_shift;                    /* log2 of the huge page in chunks */
   uint32_t oldest, newest;              /* release FIFO, chunk index + 1 */
   uint64_t used, used_peak, listed, dirty, released;
   uint64_t retain;                      /* chunks */
@@ -103,11 +115,45 @@ static void mapping(uint32_t len, unsigned *fl, unsigned *sl) {
 }
 
 /* ---- huge pages (pool.c's plan: fm_pool.huge_chunks a huge page from chunk huge_from) ------ */
-static bool on_huge(uint32_t c) { return fm_pool.huge_chunks && c >= fm_pool.huge_from; }
+/* Zones are kept where the heap lies on huge pages past huge_from (not where all of the pool
+ * does: prefaulted or hugetlb). */
+static bool zoned(void) { return fm_pool.huge_chunks && fm_pool.huge_from; }
+static uint32_t hp_index(uint32_t c) { return (c - fm_pool.huge_from) >> H.hp_shift; }
+static unsigned zone_of(uint32_t c) {
+  if (!zoned() || c < fm_pool.huge_from) return Z_BASE;
+  return H.kinds[hp_index(c)] == K_SPARSE ? Z_SPARSE : Z_DENSE;
+}
+static bool on_huge(uint32_t c) { return fm_pool.huge_chunks && c >= fm_pool.huge_from && zone_of(c) != Z_SPARSE; }
 /* chunk c's place in its huge page (huge_from starts one; huge pages are a power of two) */
 static uint32_t hp_phase(uint32_t c) { return (c - fm_pool.huge_from) & (fm_pool.huge_chunks - 1); }
 static uint32_t hp_down(uint32_t c) { return c - hp_phase(c); }
 static uint32_t hp_up(uint32_t c) { return hp_phase(c) ? hp_down(c) + fm_pool.huge_chunks : c; }
+
+/* The zone of a new run of len chunks for owner (a class, or FM_CLASS_MAX) of the given kind. */
+static unsigned zone_for(uint32_t len, unsigned owner, uint8_t kind) {
+  if (!zoned()) return Z_BASE;
+  bool dense = kind == RUN_ARENA || (kind == RUN_SPAN ? fm_pool.cls[owner].size <= FM_DENSE_MAX : len >= fm_pool.huge_chunks);
+  return dense ? Z_DENSE : Z_SPARSE;
+}
+
+/* The huge pages [from, to) (whole ones, no run in them) become zone z's: advised onto huge
+ * pages or off them, a system call per stretch that changes. */
+static void set_zone(uint32_t from, uint32_t to, unsigned z) {
+  uint8_t k = z == Z_SPARSE ? K_SPARSE : K_DENSE;
+  uint32_t hp = fm_pool.huge_chunks, start = 0;
+  bool open = false;
+  for (uint32_t c = from;; c += hp) {
+    bool change = c < to && H.kinds[hp_index(c)] != k;
+    if (change && !open) start = c, open = true;
+    if (!change && open) {
+      uint32_t e = c < to ? c : to;
+      os_advise_huge((void *)(fm_pool.heap_base + ((uintptr_t)start << FM_CHUNK_SHIFT)), (size_t)(e - start) << FM_CHUNK_SHIFT, k == K_DENSE);
+      memset(H.kinds + hp_index(start), k, (e - start + hp - 1) >> H.hp_shift);
+      open = false;
+    }
+    if (c >= to) break;
+  }
+}
 
 /* The chunks of the free run [i, end) whose pages may go back without splitting a huge page:
  * below the huge pages all, among them the whole huge pages it covers (a run that ends at top
@@ -170,13 +216,13 @@ static void fifo_append(uint32_t i) {
  * a run that lies in huge pages still partly in use, which keep their pages). */
 static void list_insert(uint32_t i, uint32_t len, uint32_t dirty) {
   struct fm_run *r = R(i);
-  unsigned fl, sl, w = dirty != 0;
+  unsigned fl, sl, w = dirty != 0, z = zone_of(i);
   mapping(len, &fl, &sl);
-  *r = (struct fm_run){.len = len, .kind = RUN_FREE, .flags = w ? RUN_WARM : 0, .dirty = dirty, .next = H.heads[w][fl][sl]};
+  *r = (struct fm_run){.len = len, .kind = RUN_FREE, .flags = w ? RUN_WARM : 0, .dirty = dirty, .next = H.heads[z][w][fl][sl]};
   if (r->next) R(r->next - 1)->prev = idx1(i);
-  H.heads[w][fl][sl] = idx1(i);
-  H.fl_map[w] |= 1u << fl;
-  H.sl_map[w][fl] |= 1u << sl;
+  H.heads[z][w][fl][sl] = idx1(i);
+  H.fl_map[z][w] |= 1u << fl;
+  H.sl_map[z][w][fl] |= 1u << sl;
   R(i + len - 1)->head = i;
   H.listed += len;
   H.dirty += dirty;
@@ -190,14 +236,14 @@ static void list_remove(uint32_t i) {
   unsigned fl, sl;
   if (r->kind != RUN_FREE || r->len == 0 || i + r->len > H.top)
     fault_stop("the heap's free-run records are damaged", (void *)(fm_pool.heap_base + ((uintptr_t)i << FM_CHUNK_SHIFT)), -1);
-  unsigned w = (r->flags & RUN_WARM) != 0;
+  unsigned w = (r->flags & RUN_WARM) != 0, z = zone_of(i);
   mapping(r->len, &fl, &sl);
   if (r->prev) R(r->prev - 1)->next = r->next;
-  else H.heads[w][fl][sl] = r->next;
+  else H.heads[z][w][fl][sl] = r->next;
   if (r->next) R(r->next - 1)->prev = r->prev;
-  if (!H.heads[w][fl][sl]) {
-    H.sl_map[w][fl] &= ~(1u << sl);
-    if (!H.sl_map[w][fl]) H.fl_map[w] &= ~(1u << fl);
+  if (!H.heads[z][w][fl][sl]) {
+    H.sl_map[z][w][fl] &= ~(1u << sl);
+    if (!H.sl_map[z][w][fl]) H.fl_map[z][w] &= ~(1u << fl);
   }
   if (r->flags & RUN_QUEUED) fifo_remove(i);
   H.listed -= r->len;
@@ -205,27 +251,27 @@ static void list_remove(uint32_t i) {
   r->kind = 0;
 }
 
-/* A listed run of at least len chunks, removed from its list; the smallest list whose every
- * run fits, so no list is walked, among the runs that may hold pages first: a run that fits
- * and has none would leave those pages resident and fault in new ones. Returns its index + 1,
- * 0 when none. */
-static uint32_t list_find(uint32_t len) {
+/* A listed run of zone z of at least len chunks, removed from its list; the smallest list
+ * whose every run fits, so no list is walked, among the runs that may hold pages first (cold:
+ * last): a run that fits and has none would leave those pages resident and fault in new ones.
+ * Returns its index + 1, 0 when none. */
+static uint32_t list_find(uint32_t len, unsigned z, bool cold_first) {
   unsigned fl, sl;
   uint32_t want = len;
   unsigned f = 31u - (unsigned)__builtin_clz(len);
   if (f >= SL_BITS) want += (1u << (f - SL_BITS)) - 1;   /* round up to the next list */
   if (want < len) return 0;
   mapping(want, &fl, &sl);
-  for (unsigned w = 2; w-- > 0;) {
-    unsigned l = fl;
-    uint32_t sm = H.sl_map[w][l] & (~0u << sl);
+  for (unsigned k = 0; k < 2; k++) {
+    unsigned l = fl, w = cold_first ? k : 1 - k;
+    uint32_t sm = H.sl_map[z][w][l] & (~0u << sl);
     if (!sm) {
-      uint32_t fm = l + 1 < FL_COUNT ? H.fl_map[w] & (~0u << (l + 1)) : 0;
+      uint32_t fm = l + 1 < FL_COUNT ? H.fl_map[z][w] & (~0u << (l + 1)) : 0;
       if (!fm) continue;
       l = (unsigned)__builtin_ctz(fm);
-      sm = H.sl_map[w][l];
+      sm = H.sl_map[z][w][l];
     }
-    uint32_t h = H.heads[w][l][__builtin_ctz(sm)];
+    uint32_t h = H.heads[z][w][l][__builtin_ctz(sm)];
     list_remove(h - 1);
     return h;
   }
@@ -414,7 +460,7 @@ static void mark_used(uint32_t i, uint32_t len, uint8_t kind, unsigned owner) {
 static void put_back(uint32_t i, uint32_t len, uint32_t dirty) {
   if (!len) return;
   uint32_t end = i + len;
-  if (end < H.top && R(end)->kind == RUN_FREE) {
+  if (end < H.top && R(end)->kind == RUN_FREE && zone_of(end) == zone_of(i)) {
     uint32_t n = R(end)->len, d = R(end)->dirty;
     list_remove(end);
     len += n;
@@ -423,62 +469,118 @@ static void put_back(uint32_t i, uint32_t len, uint32_t dirty) {
   list_insert(i, len, dirty);
 }
 
-/* A run of len chunks for owner, the index of its first chunk, or -1 (errno untouched). */
-static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
-  if (!may_take(owner, len)) return -1;
-  uint32_t h = list_find(len);
-  if (h) {
-    uint32_t i = h - 1, have = R(i)->len, dirty = R(i)->dirty, clean = R(i)->clean, at = i;
-    /* On huge pages: from the front, unless the run's front lies in a huge page in use that
-     * cannot hold the request and its back can: then from the back, so the whole huge pages
-     * between stay whole. */
-    if (on_huge(i + have - 1) && i + have < H.top) {
-      uint32_t front = hp_up(i) - i, back = hp_phase(i + have);
-      if (front < len && back >= len && back < have) at = i + have - len;
-    }
-    uint32_t rest = have - len, had = pages_count(at, len);
-    uint32_t left = dirty > had ? dirty - had : 0;   /* still an upper bound */
-    if (left > rest) left = rest;
-    uint32_t fresh = len - had;
-    if (at == i) {
-      /* From the front, though a release gives pages back from the front too: cut from the
-       * back, runs freed later merge in front of the rest and reset its clean mark, so each
-       * release scans only the given-back front (RELEASE_WORDS) and the excess stops draining. */
-      uint32_t edge = on_huge(i + len) && hp_up(i + len) < i + have ? hp_up(i + len) : i + have;
-      uint32_t more = touched(i + len, edge);   /* the rest of the huge page it ends in */
-      put_back(i + len, rest, left + more < rest ? left + more : rest);
-      fresh += more;
-      if (rest && clean > i + len) R(i + len)->clean = clean;   /* the rest's front went back */
-    } else {
-      uint32_t more = touched(hp_down(at) > i ? hp_down(at) : i, at);   /* the rest of the huge page it starts in */
-      list_insert(i, rest, left + more < rest ? left + more : rest);
-      R(i)->clean = clean < at ? clean : at;
-      fresh += more;
-    }
-    mark_used(at, len, kind, owner);
-    release_for_fresh(fresh);
-    return at;
+/* Whole huge pages of the other kind's free runs, enough for len chunks, become zone z's (a
+ * free run of them in z's lists): from a run that holds them, among those without pages first
+ * (a huge page's pages stay mapped as they are when its kind changes). False when none does. */
+static bool convert(uint32_t len, unsigned z) {
+  uint32_t hp = fm_pool.huge_chunks, need = (len + hp - 1) & ~(hp - 1);
+  if (need < len || need + hp - 1 < need) return false;
+  uint32_t h = list_find(need + hp - 1, z == Z_DENSE ? Z_SPARSE : Z_DENSE, true);
+  if (!h) return false;
+  uint32_t i = h - 1, end = i + R(i)->len, dirty = R(i)->dirty, lo = hp_up(i), hi = lo + need;
+  uint32_t front = pages_count(i, lo - i), mid = pages_count(lo, need);   /* (the front: less than a huge page) */
+  uint32_t back = dirty > front + mid ? dirty - front - mid : 0;   /* an upper bound, as dirty is */
+  if (lo > i) list_insert(i, lo - i, front);
+  if (end > hi) list_insert(hi, end - hi, back < end - hi ? back : end - hi);
+  set_zone(lo, hi, z);
+  list_insert(lo, need, mid);
+  return true;
+}
+
+/* Where a run of len chunks of zone z may start at top: there, unless it would cross from below
+ * huge_from into the huge pages (then at huge_from) or top's huge page holds another zone's
+ * runs (then at the next one). */
+static uint32_t zone_start(uint32_t top, uint32_t len, unsigned z) {
+  if (z == Z_BASE) return top;
+  if (top < fm_pool.huge_from) return top + len <= fm_pool.huge_from ? top : fm_pool.huge_from;
+  return hp_phase(top) && zone_of(top) != z ? hp_up(top) : top;
+}
+
+/* Can the free run t that ends at top grow into a run of len chunks of zone z? */
+static bool tail_fits(uint32_t t, uint32_t len, unsigned z) {
+  unsigned tz = zone_of(t);
+  return tz == z || (tz == Z_BASE && t + len <= fm_pool.huge_from);
+}
+
+/* Takes len chunks for owner from listed free run i (removed from its list). */
+static uint32_t take_listed(uint32_t i, uint32_t len, unsigned owner, uint8_t kind) {
+  uint32_t have = R(i)->len, dirty = R(i)->dirty, clean = R(i)->clean, at = i;
+  /* On huge pages: from the front, unless the run's front lies in a huge page in use that
+   * cannot hold the request and its back can: then from the back, so the whole huge pages
+   * between stay whole. */
+  if (on_huge(i + have - 1) && i + have < H.top) {
+    uint32_t front = hp_up(i) - i, back = hp_phase(i + have);
+    if (front < len && back >= len && back < have) at = i + have - len;
   }
-  /* grow the free run that ends at top, or cut from top */
-  uint32_t i = H.top, tail_dirty = 0;
-  if (H.top > H.quarantine) {
-    uint32_t t = R(H.top - 1)->head;
-    if (t >= H.quarantine && t < H.top && R(t)->kind == RUN_FREE && R(t)->len + (H.nchunks - H.top) >= len) {
-      tail_dirty = R(t)->dirty;
-      list_remove(t);
-      i = t;
-    }
+  uint32_t rest = have - len, had = pages_count(at, len);
+  uint32_t left = dirty > had ? dirty - had : 0;   /* still an upper bound */
+  if (left > rest) left = rest;
+  uint32_t fresh = len - had;
+  if (at == i) {
+    /* From the front, though a release gives pages back from the front too: cut from the
+     * back, runs freed later merge in front of the rest and reset its clean mark, so each
+     * release scans only the given-back front (RELEASE_WORDS) and the excess stops draining. */
+    uint32_t edge = on_huge(i + len) && hp_up(i + len) < i + have ? hp_up(i + len) : i + have;
+    uint32_t more = touched(i + len, edge);   /* the rest of the huge page it ends in */
+    put_back(i + len, rest, left + more < rest ? left + more : rest);
+    fresh += more;
+    if (rest && clean > i + len) R(i + len)->clean = clean;   /* the rest's front went back */
+  } else {
+    uint32_t more = touched(hp_down(at) > i ? hp_down(at) : i, at);   /* the rest of the huge page it starts in */
+    list_insert(i, rest, left + more < rest ? left + more : rest);
+    R(i)->clean = clean < at ? clean : at;
+    fresh += more;
   }
-  if (H.nchunks - i < len || !commit_to(i + len)) {
-    if (i != H.top) list_insert(i, H.top - i, tail_dirty);
+  mark_used(at, len, kind, owner);
+  release_for_fresh(fresh);
+  return at;
+}
+
+/* Takes len chunks of zone z at top, growing the free run that ends there when it lies in z;
+ * -1 when the pool has no room above. */
+static int64_t take_top(uint32_t len, unsigned owner, uint8_t kind, unsigned z) {
+  uint32_t top = H.top, i = top, t = top, tail_dirty = 0;
+  if (top > H.quarantine) {
+    uint32_t x = R(top - 1)->head;
+    if (x >= H.quarantine && x < top && R(x)->kind == RUN_FREE) t = x;
+  }
+  if (t < top && R(t)->len + (H.nchunks - top) >= len && tail_fits(t, len, z)) {
+    tail_dirty = R(t)->dirty;
+    list_remove(t);
+    i = t;
+  } else {
+    i = zone_start(top, len, z);
+    if (i > H.nchunks || H.nchunks - i < len) i = top;   /* no room past z's start: at top, in top's zone */
+  }
+  /* the zone the run lies in: that of its start, or z in huge pages no run uses yet; it may not
+   * cross from below huge_from into them */
+  unsigned rz = i < fm_pool.huge_from || hp_phase(i) || i < top ? zone_of(i) : z;
+  if (H.nchunks - i < len || (rz == Z_BASE && zoned() && i + len > fm_pool.huge_from && i < fm_pool.huge_from) ||
+      !commit_to(i + len)) {
+    if (i < top) list_insert(i, top - i, tail_dirty);
     return -1;
+  }
+  if (i > top) {   /* the rest of top's huge page, or of the base pages, stays free in its zone */
+    uint32_t gap = i - top, d = touched(top, i);
+    if (t < top && zone_of(t) == zone_of(top)) {
+      gap += top - t;
+      d += R(t)->dirty;
+      list_remove(t);
+      top = t;
+    }
+    list_insert(top, gap, d);
+    H.top = i;
+  }
+  if (rz != Z_BASE && i + len > fm_pool.huge_from) {   /* huge pages above top become rz's */
+    uint32_t from = hp_up(H.top > fm_pool.huge_from ? H.top : fm_pool.huge_from), to = hp_up(i + len);
+    if (from < to) set_zone(from, to < H.nchunks ? to : H.nchunks, rz);
   }
   uint32_t fresh = len - pages_count(i, len), end = i + len, more = 0;
   if (on_huge(end)) {   /* the rest of the huge page the run ends in is touched with it, above top too */
-    uint32_t stop = hp_up(end) < H.nchunks ? hp_up(end) : H.nchunks, top = end > H.top ? end : H.top;
-    more = touched(end, stop < top ? stop : top);   /* in the rest of the tail run */
-    if (more > top - end) more = top - end;
-    fresh += stop > top ? touched(top, stop) : 0;
+    uint32_t stop = hp_up(end) < H.nchunks ? hp_up(end) : H.nchunks, hi = end > H.top ? end : H.top;
+    more = touched(end, stop < hi ? stop : hi);   /* in the rest of the tail run */
+    if (more > hi - end) more = hi - end;
+    fresh += stop > hi ? touched(hi, stop) : 0;
   }
   if (end > H.top) H.top = end;
   else put_back(end, H.top - end, tail_dirty + more);   /* a good fit skips runs of its own list */
@@ -487,10 +589,29 @@ static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
   return i;
 }
 
+
+/* A run of len chunks for owner, the index of its first chunk, or -1 (errno untouched): from
+ * the free runs of its zone, or below huge_from, or of whole huge pages the other zone gives up,
+ * or at top; with the pool nearly full, from the other zone's runs (a dense run then lies on
+ * base pages, a sparse one maybe in a huge page) rather than fail. */
+static int64_t take(uint32_t len, unsigned owner, uint8_t kind) {
+  if (!may_take(owner, len)) return -1;
+  unsigned z = zone_for(len, owner, kind);
+  uint32_t h = list_find(len, z, false);
+  if (!h && z != Z_BASE) h = list_find(len, Z_BASE, false);
+  if (!h && z != Z_BASE && convert(len, z)) h = list_find(len, z, false);
+  if (h) return take_listed(h - 1, len, owner, kind);
+  int64_t i = take_top(len, owner, kind, z);
+  if (i < 0 && z != Z_BASE && (h = list_find(len, z == Z_DENSE ? Z_SPARSE : Z_DENSE, false))) i = take_listed(h - 1, len, owner, kind);
+  return i;
+}
+
 /* ---- interface --------------------------------------------------------------------------- */
-void span_setup(uint64_t *pages, uint32_t nchunks, uint64_t retain_bytes) {
+void span_setup(uint64_t *pages, uint8_t *kinds, uint32_t nchunks, uint64_t retain_bytes) {
   if (fm_pool.realtime) fm_lock_init(&H.lock, true);
   H.pages = pages;
+  H.kinds = kinds;
+  H.hp_shift = fm_pool.huge_chunks ? (unsigned)__builtin_ctz(fm_pool.huge_chunks) : 0;
   H.nchunks = nchunks;
   span_set_retain(fm_pool.opt.prefault ? UINT64_MAX : retain_bytes);   /* a prefaulted pool keeps its pages */
   H.delay = fm_pool.opt.retain_delay;
@@ -557,7 +678,8 @@ void span_free(uint32_t i) {
   hold(owner, -(int64_t)len);
   pages_set(i, len);
   uint32_t dirty = len, behind = 0;
-  if (i + len < H.top && R(i + len)->kind == RUN_FREE) {
+  unsigned z = zone_of(i);
+  if (i + len < H.top && R(i + len)->kind == RUN_FREE && zone_of(i + len) == z) {
     uint32_t n = i + len;
     if (R(n)->clean > n) behind = R(n)->clean;   /* its front was given back */
     dirty += R(n)->dirty;
@@ -567,7 +689,7 @@ void span_free(uint32_t i) {
   uint32_t clean = 0;
   if (i > H.quarantine) {
     uint32_t p = R(i - 1)->head;
-    if (p >= H.quarantine && p < i && R(p)->kind == RUN_FREE && p + R(p)->len == i) {
+    if (p >= H.quarantine && p < i && R(p)->kind == RUN_FREE && p + R(p)->len == i && zone_of(p) == z) {
       dirty += R(p)->dirty;
       len += R(p)->len;
       clean = R(p)->clean;   /* what a release already gave back stays given back */
@@ -604,13 +726,16 @@ bool span_resize(uint32_t i, uint32_t len) {
     goto out;
   }
   uint32_t more = len - have;
+  unsigned z = zone_of(i);
   if (!may_take(FM_CLASS_MAX, more)) goto out;
   if (end == H.top) {
-    if (H.nchunks - end >= more && commit_to(i + len)) {
+    /* into the huge pages above top, which become its zone's; not from below huge_from */
+    if (H.nchunks - end >= more && (z != Z_BASE || !zoned() || i + len <= fm_pool.huge_from) && commit_to(i + len)) {
+      if (z != Z_BASE && hp_up(end) < i + len) set_zone(hp_up(end), hp_up(i + len) < H.nchunks ? hp_up(i + len) : H.nchunks, z);
       H.top = i + len;
       ok = true;
     }
-  } else if (R(end)->kind == RUN_FREE && R(end)->len >= more) {
+  } else if (R(end)->kind == RUN_FREE && R(end)->len >= more && zone_of(end) == z) {
     uint32_t n = R(end)->len, d = R(end)->dirty;
     list_remove(end);
     put_back(i + len, n - more, d < n - more ? d : n - more);
@@ -653,13 +778,14 @@ int span_trim(void) {
   heap_lock();
   int any = H.dirty != 0 && !H.keep;
   while (any && H.oldest) release_run(H.oldest - 1, UINT32_MAX, UINT32_MAX);
-  while (any && H.fl_map[1]) {
-    unsigned fl = (unsigned)__builtin_ctz(H.fl_map[1]), sl = (unsigned)__builtin_ctz(H.sl_map[1][fl]);
-    uint32_t i = H.heads[1][fl][sl] - 1, len = R(i)->len;
-    give_back(i, i + len);
-    list_remove(i);
-    list_insert(i, len, 0);
-  }
+  for (unsigned z = 0; any && z < ZONES; z++)
+    while (H.fl_map[z][1]) {
+      unsigned fl = (unsigned)__builtin_ctz(H.fl_map[z][1]), sl = (unsigned)__builtin_ctz(H.sl_map[z][1][fl]);
+      uint32_t i = H.heads[z][1][fl][sl] - 1, len = R(i)->len;
+      give_back(i, i + len);
+      list_remove(i);
+      list_insert(i, len, 0);
+    }
   fm_unlock(&H.lock);
   return any;
 }
@@ -702,7 +828,7 @@ int span_check(void) {
       break;
     }
     if (r->kind == RUN_FREE) {
-      if (prev_free) faults++;   /* two adjacent free runs */
+      if (prev_free && zone_of(i - 1) == zone_of(i)) faults++;   /* two adjacent free runs of one zone */
       listed += r->len;
       dirty += r->dirty;
     } else {
@@ -711,17 +837,21 @@ int span_check(void) {
     prev_free = r->kind == RUN_FREE;
     i += r->len;
   }
-  for (unsigned w = 0; w < 2; w++)
-    for (unsigned fl = 0; fl < FL_COUNT; fl++)
-      for (unsigned sl = 0; sl < SL_COUNT; sl++) {
-        if ((H.heads[w][fl][sl] != 0) != !!(H.sl_map[w][fl] & (1u << sl))) faults++;
-        uint32_t n = 0;
-        for (uint32_t h = H.heads[w][fl][sl]; h && n <= H.nchunks; h = R(h - 1)->next, n++) {
-          unsigned f, s;
-          mapping(R(h - 1)->len, &f, &s);
-          if (R(h - 1)->kind != RUN_FREE || f != fl || s != sl || !(R(h - 1)->flags & RUN_WARM) != !w) faults++;
+  for (unsigned z = 0; z < ZONES; z++)
+    for (unsigned w = 0; w < 2; w++)
+      for (unsigned fl = 0; fl < FL_COUNT; fl++)
+        for (unsigned sl = 0; sl < SL_COUNT; sl++) {
+          if ((H.heads[z][w][fl][sl] != 0) != !!(H.sl_map[z][w][fl] & (1u << sl))) faults++;
+          uint32_t n = 0;
+          for (uint32_t h = H.heads[z][w][fl][sl]; h && n <= H.nchunks; h = R(h - 1)->next, n++) {
+            unsigned f, s;
+            uint32_t i = h - 1, len = R(i)->len;
+            mapping(len, &f, &s);
+            if (R(i)->kind != RUN_FREE || f != fl || s != sl || !(R(i)->flags & RUN_WARM) != !w || zone_of(i) != z ||
+                zone_of(i + len - 1) != z)
+              faults++;   /* (a free run lies in one zone) */
+          }
         }
-      }
   if (listed != H.listed || dirty != H.dirty) faults++;
   if (H.quarantine == 0 && used != H.used) faults++;
   fm_unlock(&H.lock);

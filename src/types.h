@@ -29,13 +29,18 @@
  * common line, whichever chunks their spans have side by side.
  *
  * HUGE PAGES (pool.c, span.c). Where the kernel offers transparent huge pages, the heap from
- * the first huge page past FM_HUGE_FROM (16 MiB) is advised onto them (the tables and the first
- * 16 MiB off them in "always" mode, so a small program is no bigger), opened in whole aligned
- * huge pages, and a huge page stays whole while any of it is used: a run cut from one marks
- * the rest of it as holding pages (the kernel faulted it in whole), so the next runs fill it
- * first, and pages go back only in whole huge pages; free chunks inside a huge page still in
- * use keep theirs (out of the release FIFO) until malloc_trim, which splits it. hugetlb: the
- * whole pool is the kernel's reserved huge pages, opened at start-up.
+ * the first huge page past FM_HUGE_FROM (16 MiB) is cut into huge pages of two zones: DENSE,
+ * advised onto huge pages, holds what is written as it is handed out (spans of the classes up
+ * to FM_DENSE_MAX, large blocks of a huge page or more, arena slabs); SPARSE, advised off them,
+ * the rest (a block of 48 KiB of which a program writes a word would make 2 MiB resident). A
+ * free huge page changes zone when the other needs it. The tables and the first 16 MiB stay on
+ * base pages (advised off huge pages in "always" mode), so a small program is no bigger. In
+ * the dense zone the heap is opened in whole aligned huge pages, and a huge page stays whole
+ * while any of it is used: a run cut from one marks the rest of it as holding pages (the kernel
+ * faulted it in whole), so the next runs fill it first, and pages go back only in whole huge
+ * pages; free chunks inside a huge page still in use keep theirs (out of the release FIFO)
+ * until malloc_trim, which splits it. hugetlb: the whole pool is the kernel's reserved huge
+ * pages, opened at start-up.
  *
  * RUN (span.c). The heap is handed out in runs of whole chunks, to a size class (a span) or to
  * one large block. Free runs are indexed by length with TLSF bitmaps (O(1) good fit; those that
@@ -214,6 +219,8 @@
 #define FM_RETAIN_DEFAULT (64ull << 20)
 #define FM_HUGE_FROM (16u << 20)     /* the heap above its first this many bytes lies on huge pages */
 #define FM_HUGE_MAX (32u << 20)      /* huge pages bigger than this are not used */
+#define FM_DENSE_MAX (8u << 10)      /* spans of classes up to this size (and large blocks of a huge
+                                        page or more) lie on huge pages, the rest on base pages */
 #define FM_TAGS 250u                 /* threads whose blocks carry their own LIVE value at once */
 #define FM_TAG_WAIT 8u               /* unused tags that wait before the oldest is taken again (tcache.c) */
 #define FM_SHARDS_MAX 64u            /* shards per class: two per CPU the process may use, up to this */

@@ -7,7 +7,9 @@
  *                   bytes on huge pages from flatmalloc_stats_json when flatmalloc is preloaded,
  *                   else -1). The index of blocks is mmap'd, outside every allocator, and
  *                   checked: each block keeps its own tag until freed.
- *   hugepages 0     prints "small ..." after one malloc of 100 bytes. */
+ *   hugepages 0     prints "small ..." after one malloc of 100 bytes.
+ *   hugepages sparse MIB   MIB MiB of blocks of 48 KiB, the first word of each written (a
+ *                   program that uses a little of its buffers): prints "sparse ..." */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <malloc.h>
@@ -56,7 +58,24 @@ static void free_checked(uint64_t **p, size_t i) {
   free(p[i]);
 }
 
+static int sparse(size_t mib) {
+  size_t n = (mib << 20) / (48 << 10);
+  void **p = mmap(NULL, n * sizeof *p, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return 2;
+  for (size_t i = 0; i < n; i++) {
+    if (!(p[i] = malloc(48 << 10))) return 1;
+    *(size_t *)p[i] = i;
+  }
+  report("sparse");
+  for (size_t i = 0; i < n; i++) {
+    if (*(size_t *)p[i] != i) return 3;
+    free(p[i]);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 2 && !strcmp(argv[1], "sparse")) return sparse(strtoul(argv[2], NULL, 10));
   size_t mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 256, n = (mib << 20) / 64;
   if (!n) {
     void *volatile q = malloc(100);

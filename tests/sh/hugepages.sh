@@ -71,6 +71,13 @@ if [ "$mode" = madvise ] || [ "$mode" = always ]; then
   done
   fm_ok "$(field tun filled 4) KiB"
 
+  fm_check "blocks of 48 KiB, one word of each written, stay on base pages: at most glibc's resident memory + 16 MiB"
+  run sparse_glibc -- sparse $MIB
+  run sparse LD_PRELOAD="$FM_SO" -- sparse $MIB
+  [ "$(field sparse sparse 2)" -le $(( $(field sparse_glibc sparse 2) + 16 * 1024 )) ] ||
+    fm_fail "$(field sparse sparse 2) KiB resident ($(field sparse sparse 3) KiB on huge pages), glibc $(field sparse_glibc sparse 2) KiB"
+  fm_ok "$(field sparse sparse 2) KiB resident, $(field sparse sparse 3) KiB of it huge; glibc $(field sparse_glibc sparse 2) KiB"
+
   fm_check "a small program gets no huge page; prefaulted, the pool is populated by huge pages"
   run small LD_PRELOAD="$FM_SO" -- 0
   [ "$(field small small 4)" -eq 0 ] || fm_fail "$(field small small 4) KiB on huge pages"

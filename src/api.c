@@ -199,9 +199,12 @@ int flatmalloc_malloc_trim(size_t pad) {
   check_release_queued();   /* memcheck: frees still queued (check.c) */
   check_quarantine_empty(); /* checking mode: the blocks held back */
   block_enter("malloc_trim");
-  tcache_trim();            /* this thread's blocks, those other threads freed for it too */
-  class_trim();             /* the transfer caches and spare spans, so empty spans go back */
-  int r = span_trim();
+  bool full = span_trim_full();
+  if (full) {
+    tcache_trim();          /* this thread's blocks, those other threads freed for it too */
+    class_trim();           /* the transfer caches and spare spans, so empty spans go back */
+  }
+  int r = span_trim(full);
   block_leave();
   return r;
 }

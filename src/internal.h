@@ -97,7 +97,8 @@ hidden bool span_resize(uint32_t i, uint32_t len);
 hidden int span_kind_at(uint32_t i);   /* RUN_* of the run holding chunk i; 0: above top or unknown */
 hidden bool span_chunk_dirty(uint32_t i);
 hidden void span_whole(uint32_t from, uint32_t to, uint32_t *lo, uint32_t *hi);   /* what goes back splitting no huge page */
-hidden int span_trim(void);
+hidden bool span_trim_full(void);   /* this malloc_trim empties the caches and splits huge pages */
+hidden int span_trim(bool full);
 hidden void span_set_retain(uint64_t bytes);   /* the retained budget; UINT64_MAX: pages never go back */
 hidden void span_after_fork(void);
 struct span_stats { size_t used, used_peak, free, dirty, top, released, large_held; };

@@ -61,6 +61,7 @@ static struct {
   bool keep;                            /* pages never go back (span_set_retain) */
   uint64_t delay, window;               /* ms: FLATMALLOC_RETAIN_DELAY; when this window began */
   uint64_t peak_now, peak_before;       /* the most chunks in use in this window, in the one before */
+  uint64_t trimmed;                     /* ms: the last full malloc_trim (span_trim_full), 0: none */
   uint64_t held[FM_CLASS_MAX + 1], reserve[FM_CLASS_MAX + 1];
   uint64_t outstanding;                 /* sum of max(0, reserve - held) */
 } H = {.lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP};
@@ -772,13 +773,30 @@ int span_kind_at(uint32_t i) {
   return kind;
 }
 
-/* malloc_trim: every free page goes back, oldest runs first, then those of free runs in huge
- * pages still partly in use (which splits them: the kernel maps the rest with base pages). */
-int span_trim(void) {
+/* Whether this malloc_trim is a full one (api.c: the caches emptied into their spans, and the
+ * free runs in huge pages still partly in use given back, which splits them): the first, and
+ * then one a FLATMALLOC_RETAIN_DELAY at most. A program that calls malloc_trim again and again
+ * (stress-ng's malloc stressor, one call in eight) would otherwise split huge pages at 0.4 ms
+ * each and keep no block cached; between full ones a call gives back what free runs' pages may
+ * go back whole. */
+bool span_trim_full(void) {
+  if (H.keep || fm_pool.native) return true;   /* (no clock: nothing goes back there, and its first read faults) */
+  heap_lock();
+  uint64_t now = os_clock_ms();
+  bool full = !H.trimmed || now - H.trimmed >= H.delay;
+  if (full) H.trimmed = now ? now : 1;
+  fm_unlock(&H.lock);
+  return full;
+}
+
+/* malloc_trim: every free page that may go back without splitting a huge page goes back,
+ * oldest runs first; with full, then also those of free runs in huge pages still partly in
+ * use (the kernel maps the rest of such a huge page with base pages). */
+int span_trim(bool full) {
   heap_lock();
   int any = H.dirty != 0 && !H.keep;
   while (any && H.oldest) release_run(H.oldest - 1, UINT32_MAX, UINT32_MAX);
-  for (unsigned z = 0; any && z < ZONES; z++)
+  for (unsigned z = 0; full && any && z < ZONES; z++)
     while (H.fl_map[z][1]) {
       unsigned fl = (unsigned)__builtin_ctz(H.fl_map[z][1]), sl = (unsigned)__builtin_ctz(H.sl_map[z][1][fl]);
       uint32_t i = H.heads[z][1][fl][sl] - 1, len = R(i)->len;

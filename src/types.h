@@ -39,8 +39,8 @@
  * while any of it is used: a run cut from one marks the rest of it as holding pages (the kernel
  * faulted it in whole), so the next runs fill it first, and pages go back only in whole huge
  * pages; free chunks inside a huge page still in use keep theirs (out of the release FIFO)
- * until malloc_trim, which splits it. hugetlb: the whole pool is the kernel's reserved huge
- * pages, opened at start-up.
+ * until a full malloc_trim (one a FLATMALLOC_RETAIN_DELAY at most), which splits it. hugetlb:
+ * the whole pool is the kernel's reserved huge pages, opened at start-up.
  *
  * RUN (span.c). The heap is handed out in runs of whole chunks, to a size class (a span) or to
  * one large block. Free runs are indexed by length with TLSF bitmaps (O(1) good fit; those that

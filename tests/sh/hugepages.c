@@ -9,7 +9,12 @@
  *                   checked: each block keeps its own tag until freed.
  *   hugepages 0     prints "small ..." after one malloc of 100 bytes.
  *   hugepages sparse MIB   MIB MiB of blocks of 48 KiB, the first word of each written (a
- *                   program that uses a little of its buffers): prints "sparse ..." */
+ *                   program that uses a little of its buffers): prints "sparse ..."
+ *   hugepages churn MIB    MIB MiB of 64 B blocks (each written, kept), then 200,000 steps of
+ *                   stress-ng's malloc stressor on 8,192 slots (malloc, calloc, realloc,
+ *                   aligned_alloc or free of up to 64 KiB, the first word written, malloc_trim(0)
+ *                   one step in eight); prints "kept ..." after the 64 B blocks and "churned ..."
+ *                   after the steps, the 64 B blocks checked */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <malloc.h>
@@ -74,8 +79,51 @@ static int sparse(size_t mib) {
   return 0;
 }
 
+static uint64_t rnd(uint64_t *x) {
+  *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+  return *x;
+}
+
+#define SLOTS 8192
+static int churn(size_t mib) {
+  size_t n = (mib << 20) / 64;
+  uint64_t **p = mmap(NULL, n * sizeof *p, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void **slot = mmap(NULL, SLOTS * sizeof *slot, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED || slot == MAP_FAILED) return 2;
+  for (size_t i = 0; i < n; i++) {
+    if (!(p[i] = malloc(64))) return 1;
+    for (unsigned k = 0; k < 8; k++) p[i][k] = k == 7 ? ~(uint64_t)i : i;
+  }
+  report("kept");
+  uint64_t x = 0x5eed5eed5eedull;
+  for (unsigned step = 0; step < 200000; step++) {
+    uint64_t r = rnd(&x);
+    size_t i = r % SLOTS, len = (r >> 16) % (64 << 10) + 8;
+    if (slot[i] && (r >> 40) % 2) {
+      free(slot[i]);
+      slot[i] = NULL;
+    } else if (slot[i]) {
+      void *q = realloc(slot[i], len);
+      if (!q) return 1;
+      slot[i] = q;
+      *(size_t *)q = i;
+    } else if ((r >> 40) % 2) {
+      unsigned how = (r >> 44) % 8;
+      slot[i] = how == 0 ? calloc(1, len) : how == 1 ? aligned_alloc(64, len) : malloc(len);
+      if (!slot[i]) return 1;
+      *(size_t *)slot[i] = i;
+    }
+    if ((r >> 50) % 8 == 0) malloc_trim(0);
+  }
+  report("churned");
+  for (size_t i = 0; i < n; i++) free_checked(p, i);
+  for (size_t i = 0; i < SLOTS; i++) free(slot[i]);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc > 2 && !strcmp(argv[1], "sparse")) return sparse(strtoul(argv[2], NULL, 10));
+  if (argc > 2 && !strcmp(argv[1], "churn")) return churn(strtoul(argv[2], NULL, 10));
   size_t mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 256, n = (mib << 20) / 64;
   if (!n) {
     void *volatile q = malloc(100);

@@ -78,6 +78,12 @@ if [ "$mode" = madvise ] || [ "$mode" = always ]; then
     fm_fail "$(field sparse sparse 2) KiB resident ($(field sparse sparse 3) KiB on huge pages), glibc $(field sparse_glibc sparse 2) KiB"
   fm_ok "$(field sparse sparse 2) KiB resident, $(field sparse sparse 3) KiB of it huge; glibc $(field sparse_glibc sparse 2) KiB"
 
+  fm_check "stress-ng's malloc churn beside 64 MiB of 64 B blocks, malloc_trim(0) one step in eight: those stay on huge pages"
+  run churn LD_PRELOAD="$FM_SO" -- churn 64
+  [ "$(field churn churned 4)" -ge "$(field churn kept 4)" ] ||
+    fm_fail "$(field churn kept 4) KiB of the pool on huge pages before the churn, $(field churn churned 4) KiB after"
+  fm_ok "$(field churn kept 4) KiB on huge pages before, $(field churn churned 4) KiB after"
+
   fm_check "a small program gets no huge page; prefaulted, the pool is populated by huge pages"
   run small LD_PRELOAD="$FM_SO" -- 0
   [ "$(field small small 4)" -eq 0 ] || fm_fail "$(field small small 4) KiB on huge pages"

@@ -16,7 +16,9 @@
  *   spans chunk                the pool's chunk size (flatmalloc_stats_json) and what
  *                              malloc_usable_size gives a 100,000-byte block (flatmalloc only)
  *   spans warm                 a free run with pages is taken before a better fit without
- *   spans grow MS              a block from untouched memory, MS ms after another was freed */
+ *   spans grow MS              a block from untouched memory, MS ms after another was freed
+ *   spans trims                100 blocks of 64 B freed and malloc_trim(0), twice in a row: the
+ *                              bytes in thread caches after each (flatmalloc only) */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -287,6 +289,20 @@ static int case_grow(long ms) {
   return 0;
 }
 
+/* malloc_trim(0) empties the caller's cache the first time, then once a FLATMALLOC_RETAIN_DELAY
+ * at most: 100 blocks of 64 B freed into the cache and trimmed, twice in a row. */
+static int case_trims(void) {
+  void *b[100];
+  for (int r = 1; r <= 2; r++) {
+    for (int i = 0; i < 100; i++)
+      if (!(b[i] = malloc(64))) fail("trims: malloc returned NULL");
+    for (int i = 0; i < 100; i++) free(b[i]);
+    malloc_trim(0);
+    printf("cached_%d %llu\n", r, stat_json("cached"));
+  }
+  return 0;
+}
+
 static int case_chunk(void) {
   size_t (*json)(char *, size_t) = (size_t (*)(char *, size_t))dlsym(RTLD_DEFAULT, "flatmalloc_stats_json");
   if (!json) fail("chunk: flatmalloc_stats_json not found (run preloaded)");
@@ -313,6 +329,7 @@ int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "chunk")) return case_chunk();
   if (argc == 2 && !strcmp(argv[1], "warm")) return case_warm();
   if (argc == 3 && !strcmp(argv[1], "grow")) return case_grow(atol(argv[2]));
+  if (argc == 2 && !strcmp(argv[1], "trims")) return case_trims();
   fprintf(stderr, "usage: spans fill SIZE COUNT | drift | release | reuse | reserve | buffers | chunk | warm | grow MS\n");
   return 2;
 }

@@ -126,4 +126,14 @@ run fm "${FM[@]}" FLATMALLOC_RETAIN=1G FLATMALLOC_RETAIN_DELAY=60000 -- grow 0
   fm_fail "at once (a 32nd of the delay: 1.9 s), the 32 MiB block took $(val fm freed_resident_kb) -> $(val fm after_resident_kb) KiB of the freed one"
 fm_ok "at once, with FLATMALLOC_RETAIN_DELAY=60000: the freed block keeps its $(val fm after_resident_kb) KiB"
 
+fm_check "malloc_trim(0) empties the caller's cache, and again only a FLATMALLOC_RETAIN_DELAY later"
+run fm "${FM[@]}" -- trims
+[ "$(val fm cached_1)" = 0 ] || fm_fail "after the first malloc_trim(0) $(val fm cached_1) bytes stay cached"
+[ "$(val fm cached_2)" -gt 0 ] || fm_fail "a second malloc_trim(0) at once emptied the cache too"
+kept=$(val fm cached_2)
+run fm "${FM[@]}" FLATMALLOC_RETAIN_DELAY=0 -- trims
+[ "$(val fm cached_1)" = 0 ] && [ "$(val fm cached_2)" = 0 ] ||
+  fm_fail "FLATMALLOC_RETAIN_DELAY=0: $(val fm cached_1) and $(val fm cached_2) bytes cached after the two trims"
+fm_ok "the first empties it, a second at once leaves $kept of the 6400 bytes just freed; with FLATMALLOC_RETAIN_DELAY=0 both empty it"
+
 echo "spans: all checks passed"

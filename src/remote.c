@@ -129,6 +129,10 @@ static uint32_t take(struct fm_tag *t, struct fm_blk *b, uint32_t most) {
 
 bool remote_behind(const struct fm_tag *t) { return pending(t) || atomic_load_explicit(&t->remote, memory_order_relaxed); }
 
+bool remote_full(const struct fm_tag *t, uint32_t n) {
+  return atomic_load_explicit(&t->tail, memory_order_relaxed) + n - atomic_load_explicit(&t->head, memory_order_relaxed) > fm_pool.inbox_n;
+}
+
 /* Whether a taker would find a block of tag t now (a slot reserved and not yet written does not
  * count: its sender looks again once it has written it). */
 static bool waiting(const struct fm_tag *t) {
@@ -196,8 +200,9 @@ void remote_setup(void) {
   __atomic_store_n(&barrier_ok, os_membarrier(true), __ATOMIC_RELAXED);
 }
 
-/* Starts taking the blocks that wait for tag t, not being its holder, into *a: when t's holder
- * has fallen behind (at least FM_ADOPT_AT written slots wait), after a barrier (above). False
+/* Starts taking the blocks that wait for tag t, not being its holder, into *a (up to
+ * FM_COLLECT_BEHIND of them, as a refill takes): when t's holder has fallen behind (at least
+ * FM_ADOPT_AT written slots wait), after a barrier (above). False
  * (nothing started) when it has not, t has no holder, another thread takes its blocks, or the
  * barrier fails. */
 bool remote_adopt_begin(struct fm_tag *t, struct remote_adoption *a) {
@@ -208,8 +213,8 @@ bool remote_adopt_begin(struct fm_tag *t, struct remote_adoption *a) {
     return false;
   struct fm_tcache *h = t->holder;   /* (remote_release clears it while it has `taking`: h stays) */
   head = atomic_load_explicit(&t->head, memory_order_relaxed);
-  uint32_t end = head;
-  while (end - head < fm_pool.inbox_n && atomic_load_explicit(&inbox(t)[end & mask].p, memory_order_acquire)) end++;
+  uint32_t end = head, most = fm_pool.inbox_n < FM_COLLECT_BEHIND ? fm_pool.inbox_n : FM_COLLECT_BEHIND;
+  while (end - head < most && atomic_load_explicit(&inbox(t)[end & mask].p, memory_order_acquire)) end++;
   if (h && end - head >= at) {
     if (os_membarrier(false)) {
       *a = (struct remote_adoption){t, end, __atomic_load_n(&h->busy, __ATOMIC_ACQUIRE)};
@@ -273,7 +278,11 @@ void remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n) {
       break;
     }
   }
-  atomic_thread_fence(memory_order_seq_cst);   /* the slots written, then `live` read (remote_orphans) */
+  /* the slots written, then `live` read (remote_orphans): a full barrier between, or, while
+   * membarrier works, the one remote_release makes this thread take (the stack's push above is
+   * a full barrier of its own) */
+  if (__atomic_load_n(&barrier_ok, __ATOMIC_RELAXED)) __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  else atomic_thread_fence(memory_order_seq_cst);
   if (!atomic_load(&owner->live)) remote_orphans(owner);
 }
 
@@ -290,12 +299,19 @@ bool remote_hold(struct fm_tag *t, struct fm_tcache *tc) {
 
 /* t's holder lets it go (at its exit): what other threads free for it from now on, and what
  * waits, goes back to the spans. It waits for an adopter that is reading the holder's published
- * state (the cache it reads is given back next). */
+ * state (the cache it reads is given back next). A sender writes its slots and then reads
+ * `live` with no barrier between (remote_send): when slots were reserved and not taken, a
+ * membarrier puts one in every sender, so one that still read 1 has its slots written for the
+ * drain below, and one that reads after it reads 0 and drains itself. A sender that reserves
+ * after `live` is 0 (its reservation is a full barrier) reads 0 too. */
 void remote_release(struct fm_tag *t) {
   while (!taking_claim(t)) sched_yield();
   t->holder = NULL;
   atomic_store(&t->live, 0);
   taking_end(t);
+  if (__atomic_load_n(&barrier_ok, __ATOMIC_RELAXED) &&
+      atomic_load(&t->tail) != atomic_load_explicit(&t->head, memory_order_relaxed) && !os_membarrier(false))
+    __atomic_store_n(&barrier_ok, false, __ATOMIC_RELAXED);   /* (senders fence again; the next drain finds what this one misses) */
   remote_orphans(t);
 }
 

@@ -53,7 +53,8 @@ static struct {
   uint32_t fl_map[ZONES][2];            /* per zone, [0]: free runs without pages, [1]: with (RUN_WARM) */
   uint32_t sl_map[ZONES][2][FL_COUNT];
   uint32_t heads[ZONES][2][FL_COUNT][SL_COUNT];   /* chunk index + 1 */
-  uint8_t *kinds;                       /* per huge page past huge_from: K_DENSE or K_SPARSE */
+  uint8_t *kinds;                       /* per huge page from hp_first: K_DENSE or K_SPARSE */
+  uint32_t hp_first;                    /* the first chunk that starts a huge page */
   unsigned hp_shift;                    /* log2 of the huge page in chunks */
   uint32_t oldest, newest;              /* release FIFO, chunk index + 1 */
   uint64_t used, used_peak, listed, dirty, released;
@@ -118,15 +119,16 @@ static void mapping(uint32_t len, unsigned *fl, unsigned *sl) {
 /* ---- huge pages (pool.c's plan: fm_pool.huge_chunks a huge page from chunk huge_from) ------ */
 /* Zones are kept where the heap lies on huge pages past huge_from (not where all of the pool
  * does: prefaulted or hugetlb). */
-static bool zoned(void) { return fm_pool.huge_chunks && fm_pool.huge_from; }
-static uint32_t hp_index(uint32_t c) { return (c - fm_pool.huge_from) >> H.hp_shift; }
+static uint32_t huge_from(void) { return __atomic_load_n(&fm_pool.huge_from, __ATOMIC_RELAXED); }
+static bool zoned(void) { return fm_pool.huge_chunks && huge_from(); }
+static uint32_t hp_index(uint32_t c) { return (c - H.hp_first) >> H.hp_shift; }
 static unsigned zone_of(uint32_t c) {
-  if (!zoned() || c < fm_pool.huge_from) return Z_BASE;
+  if (!zoned() || c < huge_from()) return Z_BASE;
   return H.kinds[hp_index(c)] == K_SPARSE ? Z_SPARSE : Z_DENSE;
 }
-static bool on_huge(uint32_t c) { return fm_pool.huge_chunks && c >= fm_pool.huge_from && zone_of(c) != Z_SPARSE; }
-/* chunk c's place in its huge page (huge_from starts one; huge pages are a power of two) */
-static uint32_t hp_phase(uint32_t c) { return (c - fm_pool.huge_from) & (fm_pool.huge_chunks - 1); }
+static bool on_huge(uint32_t c) { return fm_pool.huge_chunks && c >= huge_from() && zone_of(c) != Z_SPARSE; }
+/* chunk c's place in its huge page (hp_first starts one; huge pages are a power of two) */
+static uint32_t hp_phase(uint32_t c) { return (c - H.hp_first) & (fm_pool.huge_chunks - 1); }
 static uint32_t hp_down(uint32_t c) { return c - hp_phase(c); }
 static uint32_t hp_up(uint32_t c) { return hp_phase(c) ? hp_down(c) + fm_pool.huge_chunks : c; }
 
@@ -163,7 +165,7 @@ static void givable(uint32_t i, uint32_t end, uint32_t *lo, uint32_t *hi) {
   *lo = i;
   *hi = end;
   if (!on_huge(end - 1)) return;
-  if (i > fm_pool.huge_from) *lo = hp_up(i);
+  if (i > huge_from()) *lo = hp_up(i);
   if (end < H.top) *hi = hp_down(end);
   if (*hi < *lo) *hi = *lo;
 }
@@ -175,7 +177,7 @@ void span_whole(uint32_t from, uint32_t to, uint32_t *lo, uint32_t *hi) {
   *lo = from;
   *hi = to;
   if (!on_huge(to - 1)) return;
-  if (from >= fm_pool.huge_from) *lo = hp_up(from);
+  if (from >= huge_from()) *lo = hp_up(from);
   *hi = hp_down(to);
   if (*hi < *lo) *hi = *lo;
 }
@@ -431,7 +433,7 @@ static bool commit_to(uint32_t to) {
   /* 1 MiB at a time, whole huge pages on them: a first touch finds all of its huge page open */
   uint32_t step = (uint32_t)((1u << 20) >> FM_CHUNK_SHIFT);
   uint32_t want = on_huge(to - 1) ? hp_up(to) : (to + step - 1) / step * step;
-  if (fm_pool.huge_chunks && to <= fm_pool.huge_from && want > fm_pool.huge_from) want = fm_pool.huge_from;
+  if (fm_pool.huge_chunks && to <= huge_from() && want > huge_from()) want = huge_from();
   if (want > H.nchunks) want = H.nchunks;
   for (unsigned s = 0; s < FM_SHADOWS; s++)
     if (fm_pool.st_bias[s] && !commit_entries((const void *)(fm_pool.st_bias[s] + (fm_pool.heap_base >> s)),
@@ -488,19 +490,31 @@ static bool convert(uint32_t len, unsigned z) {
   return true;
 }
 
+/* The heap grows past huge_from: the huge pages from top's next one to huge_from, never used
+ * (nor opened, where the heap is opened as used), go on huge pages as those above do. Else the
+ * program's first large block would take the huge pages while the spans handed out after it
+ * filled the base pages below, and a heap this large gains from huge pages in all of it. */
+static void huge_lower(uint32_t top) {
+  uint32_t old = huge_from(), open = fm_pool.lazy_commit && H.committed > top ? H.committed : top;
+  uint32_t from = hp_up(open) ? hp_up(open) : fm_pool.huge_chunks;
+  if (from < old && os_advise_huge((void *)(fm_pool.heap_base + ((uintptr_t)from << FM_CHUNK_SHIFT)), (size_t)(old - from) << FM_CHUNK_SHIFT, true))
+    __atomic_store_n(&fm_pool.huge_from, from, __ATOMIC_RELAXED);   /* large_calloc reads it unlocked */
+}
+
 /* Where a run of len chunks of zone z may start at top: there, unless it would cross from below
- * huge_from into the huge pages (then at huge_from) or top's huge page holds another zone's
- * runs (then at the next one). */
+ * huge_from into the huge pages (then huge_from comes down to top's next huge page, and the run
+ * starts there) or top's huge page holds another zone's runs (then at the next one). */
 static uint32_t zone_start(uint32_t top, uint32_t len, unsigned z) {
   if (z == Z_BASE) return top;
-  if (top < fm_pool.huge_from) return top + len <= fm_pool.huge_from ? top : fm_pool.huge_from;
+  if (top < huge_from() && top + len > huge_from()) huge_lower(top);
+  if (top < huge_from()) return top + len <= huge_from() ? top : huge_from();
   return hp_phase(top) && zone_of(top) != z ? hp_up(top) : top;
 }
 
 /* Can the free run t that ends at top grow into a run of len chunks of zone z? */
 static bool tail_fits(uint32_t t, uint32_t len, unsigned z) {
   unsigned tz = zone_of(t);
-  return tz == z || (tz == Z_BASE && t + len <= fm_pool.huge_from);
+  return tz == z || (tz == Z_BASE && t + len <= huge_from());
 }
 
 /* Takes len chunks for owner from listed free run i (removed from its list). */
@@ -555,8 +569,8 @@ static int64_t take_top(uint32_t len, unsigned owner, uint8_t kind, unsigned z) 
   }
   /* the zone the run lies in: that of its start, or z in huge pages no run uses yet; it may not
    * cross from below huge_from into them */
-  unsigned rz = i < fm_pool.huge_from || hp_phase(i) || i < top ? zone_of(i) : z;
-  if (H.nchunks - i < len || (rz == Z_BASE && zoned() && i + len > fm_pool.huge_from && i < fm_pool.huge_from) ||
+  unsigned rz = i < huge_from() || hp_phase(i) || i < top ? zone_of(i) : z;
+  if (H.nchunks - i < len || (rz == Z_BASE && zoned() && i + len > huge_from() && i < huge_from()) ||
       !commit_to(i + len)) {
     if (i < top) list_insert(i, top - i, tail_dirty);
     return -1;
@@ -572,8 +586,8 @@ static int64_t take_top(uint32_t len, unsigned owner, uint8_t kind, unsigned z) 
     list_insert(top, gap, d);
     H.top = i;
   }
-  if (rz != Z_BASE && i + len > fm_pool.huge_from) {   /* huge pages above top become rz's */
-    uint32_t from = hp_up(H.top > fm_pool.huge_from ? H.top : fm_pool.huge_from), to = hp_up(i + len);
+  if (rz != Z_BASE && i + len > huge_from()) {   /* huge pages above top become rz's */
+    uint32_t from = hp_up(H.top > huge_from() ? H.top : huge_from()), to = hp_up(i + len);
     if (from < to) set_zone(from, to < H.nchunks ? to : H.nchunks, rz);
   }
   uint32_t fresh = len - pages_count(i, len), end = i + len, more = 0;
@@ -613,6 +627,7 @@ void span_setup(uint64_t *pages, uint8_t *kinds, uint32_t nchunks, uint64_t reta
   H.pages = pages;
   H.kinds = kinds;
   H.hp_shift = fm_pool.huge_chunks ? (unsigned)__builtin_ctz(fm_pool.huge_chunks) : 0;
+  H.hp_first = fm_pool.huge_chunks ? fm_pool.huge_from & (fm_pool.huge_chunks - 1) : 0;
   H.nchunks = nchunks;
   span_set_retain(fm_pool.opt.prefault ? UINT64_MAX : retain_bytes);   /* a prefaulted pool keeps its pages */
   H.delay = fm_pool.opt.retain_delay;
@@ -731,7 +746,7 @@ bool span_resize(uint32_t i, uint32_t len) {
   if (!may_take(FM_CLASS_MAX, more)) goto out;
   if (end == H.top) {
     /* into the huge pages above top, which become its zone's; not from below huge_from */
-    if (H.nchunks - end >= more && (z != Z_BASE || !zoned() || i + len <= fm_pool.huge_from) && commit_to(i + len)) {
+    if (H.nchunks - end >= more && (z != Z_BASE || !zoned() || i + len <= huge_from()) && commit_to(i + len)) {
       if (z != Z_BASE && hp_up(end) < i + len) set_zone(hp_up(end), hp_up(i + len) < H.nchunks ? hp_up(i + len) : H.nchunks, z);
       H.top = i + len;
       ok = true;

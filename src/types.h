@@ -34,7 +34,8 @@
  * to FM_DENSE_MAX, large blocks of a huge page or more, arena slabs); SPARSE, advised off them,
  * the rest (a block of 48 KiB of which a program writes a word would make 2 MiB resident). A
  * free huge page changes zone when the other needs it. The tables and the first 16 MiB stay on
- * base pages (advised off huge pages in "always" mode), so a small program is no bigger. In
+ * base pages (advised off huge pages in "always" mode), so a small program is no bigger; when
+ * the heap grows past them, the huge pages it has not used below FM_HUGE_FROM join the rest. In
  * the dense zone the heap is opened in whole aligned huge pages, and a huge page stays whole
  * while any of it is used: a run cut from one marks the rest of it as holding pages (the kernel
  * faulted it in whole), so the next runs fill it first, and pages go back only in whole huge

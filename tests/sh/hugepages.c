@@ -14,7 +14,9 @@
  *                   stress-ng's malloc stressor on 8,192 slots (malloc, calloc, realloc,
  *                   aligned_alloc or free of up to 64 KiB, the first word written, malloc_trim(0)
  *                   one step in eight); prints "kept ..." after the 64 B blocks and "churned ..."
- *                   after the steps, the 64 B blocks checked */
+ *                   after the steps, the 64 B blocks checked
+ *   hugepages first MIB    a block of 32 MiB first (each page written), prints "block ...", then
+ *                   MIB MiB of 64 B blocks (each written), prints "after ...", all checked */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <malloc.h>
@@ -121,7 +123,27 @@ static int churn(size_t mib) {
   return 0;
 }
 
+static int first(size_t mib) {
+  size_t n = (mib << 20) / 64, big = 32 << 20;
+  uint64_t **p = mmap(NULL, n * sizeof *p, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  char *b = malloc(big);
+  if (p == MAP_FAILED || !b) return 2;
+  memset(b, 0x5a, big);
+  report("block");
+  for (size_t i = 0; i < n; i++) {
+    if (!(p[i] = malloc(64))) return 1;
+    for (unsigned k = 0; k < 8; k++) p[i][k] = k == 7 ? ~(uint64_t)i : i;
+  }
+  report("after");
+  for (size_t i = 0; i < big; i += 4096)
+    if (b[i] != 0x5a) return 3;
+  for (size_t i = 0; i < n; i++) free_checked(p, i);
+  free(b);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 2 && !strcmp(argv[1], "first")) return first(strtoul(argv[2], NULL, 10));
   if (argc > 2 && !strcmp(argv[1], "sparse")) return sparse(strtoul(argv[2], NULL, 10));
   if (argc > 2 && !strcmp(argv[1], "churn")) return churn(strtoul(argv[2], NULL, 10));
   size_t mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 256, n = (mib << 20) / 64;

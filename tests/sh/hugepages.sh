@@ -84,6 +84,13 @@ if [ "$mode" = madvise ] || [ "$mode" = always ]; then
     fm_fail "$(field churn kept 4) KiB of the pool on huge pages before the churn, $(field churn churned 4) KiB after"
   fm_ok "$(field churn kept 4) KiB on huge pages before, $(field churn churned 4) KiB after"
 
+  fm_check "64 MiB of 64 B blocks after a first block of 32 MiB: at least 90 % of them on huge pages too"
+  run first LD_PRELOAD="$FM_SO" -- first 64
+  got=$(( $(field first after 4) - $(field first block 4) ))
+  [ "$got" -ge $((64 * 1024 * 9 / 10)) ] ||
+    fm_fail "$got KiB more of the pool on huge pages after the 64 B blocks ($(field first block 4) KiB after the block)"
+  fm_ok "$got KiB more on huge pages after the blocks, $(field first block 4) KiB after the block"
+
   fm_check "a small program gets no huge page; prefaulted, the pool is populated by huge pages"
   run small LD_PRELOAD="$FM_SO" -- 0
   [ "$(field small small 4)" -eq 0 ] || fm_fail "$(field small small 4) KiB on huge pages"

@@ -153,7 +153,6 @@ hidden bool remote_adopt_begin(struct fm_tag *t, struct remote_adoption *a);
 hidden uint32_t remote_adopt_take(struct remote_adoption *a, struct fm_blk *b, uint32_t most);   /* CACHED into b */
 hidden void remote_adopt_end(struct remote_adoption *a);
 hidden bool remote_behind(const struct fm_tag *t);   /* blocks wait on t's remote stack */
-hidden bool remote_full(const struct fm_tag *t, uint32_t n);   /* t's inbox has no room for n more */
 hidden void remote_orphans(struct fm_tag *t);
 hidden bool remote_hold(struct fm_tag *t, struct fm_tcache *tc);
 hidden void remote_release(struct fm_tag *t);

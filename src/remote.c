@@ -129,10 +129,6 @@ static uint32_t take(struct fm_tag *t, struct fm_blk *b, uint32_t most) {
 
 bool remote_behind(const struct fm_tag *t) { return pending(t) || atomic_load_explicit(&t->remote, memory_order_relaxed); }
 
-bool remote_full(const struct fm_tag *t, uint32_t n) {
-  return atomic_load_explicit(&t->tail, memory_order_relaxed) + n - atomic_load_explicit(&t->head, memory_order_relaxed) > fm_pool.inbox_n;
-}
-
 /* Whether a taker would find a block of tag t now (a slot reserved and not yet written does not
  * count: its sender looks again once it has written it). */
 static bool waiting(const struct fm_tag *t) {

@@ -279,13 +279,7 @@ static noinline void remote_free(struct fm_tcache *tc, struct fm_tag *owner, voi
   struct fm_blk *b = &tc->out[tc->out_n++];
   b->p = (void *)remote_entry(p, c);
   b->st = st;
-  if (tc->out_n == FM_OUTBOX) {
-    /* an inbox its holder does not keep up with (off its CPU, or blocked while this thread
-     * frees what it made: xmalloc-test's consumers): its blocks come here, rather than on the
-     * stack through the blocks that its holder would walk */
-    if (remote_full(owner, FM_OUTBOX)) adopt(tc, owner);
-    outbox_flush(tc);
-  }
+  if (tc->out_n == FM_OUTBOX) outbox_flush(tc);
   if (tc->moved) work_note(tc);
 }
 

@@ -108,9 +108,8 @@
  * on the stack), and a block whose state is no longer REMOTE there was freed twice (two threads
  * at once: the holder's plain store overwrote the exchange) and stops the program before the
  * block is handed out again. A holder off its CPU does not hold its blocks back: a thread that
- * refills while FM_ADOPT_AT blocks wait for the tag it last sent to, or whose send finds the
- * tag's inbox full, takes them into its own cache (FM_COLLECT_BEHIND at most), after a
- * membarrier, stopping at the block whose state the
+ * refills while FM_ADOPT_AT blocks wait for the tag it last sent to takes them into its own
+ * cache (FM_COLLECT_BEHIND at most), after a membarrier, stopping at the block whose state the
  * holder publishes as the one it is freeing (fm_tcache.busy, one plain store on free's fast
  * path): a free of the holder's that loaded the state before the barrier has published it
  * (the adopter stops there) or stored CACHED (the adopter finds the state not REMOTE and stops

@@ -6,9 +6,6 @@
  *   behind    thread O allocates 2,000 blocks of 2 KiB and waits; thread R frees them all, then
  *             allocates 2,000 of 2 KiB: while O waits, R's refills take O's blocks (at least
  *             half of R's blocks are O's old ones)
- *   full      O allocates inbox_n + 3,000 blocks of 2 KiB and waits; R frees them all and
- *             allocates as many: R takes what waits in O's full inbox (none goes on O's remote
- *             stack, the list through the blocks), and no block is handed out twice
  *   stopped   O frees block b of 700 of its blocks while R frees b too: O's store of b's state
  *             faults (the page holding the state made read-only; the handler makes it writable
  *             again), and in the handler, between O's load and its store, R frees the other
@@ -23,7 +20,7 @@
  * thread frees then, so neither case can be staged there; owner-race-checking-mode covers
  * checking mode's racing frees.
  *
- *   adopt [behind | full | stopped [N]] */
+ *   adopt [behind | stopped [N]] */
 #include "fmtest.h"
 
 #include <flatmalloc.h>
@@ -170,61 +167,12 @@ static void case_stopped(int procs)
                                              : " (by two threads at once)", clean);
 }
 
-/* ---- full ------------------------------------------------------------------------------ */
-#define NF_MORE 3000
-static void **fb;
-static uint32_t nf;
-static struct fm_tag *f_tag;
-
-static void *full_owner(void *arg)
-{
-    for (uint32_t i = 0; i < nf; i++)
-        CHECK(fb[i] = flatmalloc_malloc(SIZE), "malloc");
-    f_tag = fm_tc->t;
-    pthread_barrier_wait(&step);   /* allocated */
-    pthread_barrier_wait(&step);   /* R is done */
-    return arg;
-}
-
-static void case_full(void)
-{
-    nf = fm_pool.inbox_n + NF_MORE;
-    fb = calloc(nf, sizeof *fb);
-    void **rb = calloc(nf, sizeof *rb);
-    CHECK(fb && rb, "calloc");
-    pthread_barrier_init(&step, NULL, 2);
-    pthread_t o;
-    CHECK(pthread_create(&o, NULL, full_owner, NULL) == 0, "pthread_create");
-    pthread_barrier_wait(&step);
-    CHECK(f_tag != NULL, "the owner holds no tag");
-    for (uint32_t i = 0; i < nf; i++)
-        flatmalloc_free(fb[i]);
-    uintptr_t stacked = atomic_load(&f_tag->remote) | f_tag->pending;
-    for (uint32_t i = 0; i < nf; i++)
-        CHECK(rb[i] = flatmalloc_malloc(SIZE), "malloc");
-    qsort(rb, nf, sizeof *rb, cmp_ptr);
-    for (uint32_t i = 1; i < nf; i++)
-        CHECK(rb[i] != rb[i - 1], "block %p handed out twice", rb[i]);
-    pthread_barrier_wait(&step);
-    pthread_join(o, NULL);
-    CHECK(!stacked, "%u blocks freed for an owner that waited, its inbox holding %u: some went on its remote stack "
-          "rather than to the freeing thread", nf, fm_pool.inbox_n);
-    for (uint32_t i = 0; i < nf; i++)
-        flatmalloc_free(rb[i]);
-    free(fb);
-    free(rb);
-    printf("ok  full: %u blocks freed for a waiting owner whose inbox holds %u: none on its remote stack, then %u "
-           "distinct blocks allocated\n", nf, fm_pool.inbox_n, nf);
-}
-
 int main(int argc, char **argv)
 {
     int a = 1;
     const char *only = argc > a ? argv[a] : NULL;
     if (!only || !strcmp(only, "behind"))
         case_behind();
-    if (!only || !strcmp(only, "full"))
-        case_full();
     if (!only || !strcmp(only, "stopped"))
         case_stopped(argc > a + 1 ? atoi(argv[a + 1]) : 100);
     return 0;

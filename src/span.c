@@ -158,18 +158,6 @@ static void set_zone(uint32_t from, uint32_t to, unsigned z) {
   }
 }
 
-/* The chunks of the free run [i, end) whose pages may go back without splitting a huge page:
- * below the huge pages all, among them the whole huge pages it covers (a run that ends at top
- * has all of its last one: nothing above top is in use). */
-static void givable(uint32_t i, uint32_t end, uint32_t *lo, uint32_t *hi) {
-  *lo = i;
-  *hi = end;
-  if (!on_huge(end - 1)) return;
-  if (i > huge_from()) *lo = hp_up(i);
-  if (end < H.top) *hi = hp_down(end);
-  if (*hi < *lo) *hi = *lo;
-}
-
 /* The chunks of [from, to) (inside one run) whose pages can go back without splitting a huge
  * page that another run may use: all of them below the huge pages, among them the whole huge
  * pages inside. */
@@ -180,6 +168,13 @@ void span_whole(uint32_t from, uint32_t to, uint32_t *lo, uint32_t *hi) {
   if (from >= huge_from()) *lo = hp_up(from);
   *hi = hp_down(to);
   if (*hi < *lo) *hi = *lo;
+}
+
+/* The same for the free run [i, end), which may also give back the whole of its last huge page
+ * when it ends at top: nothing above top is in use. */
+static void givable(uint32_t i, uint32_t end, uint32_t *lo, uint32_t *hi) {
+  span_whole(i, end, lo, hi);
+  if (end >= H.top && end > *lo) *hi = end;
 }
 
 /* Chunks of [from, to), in a huge page that a run just taken lies in, that were held to have

@@ -241,6 +241,46 @@ static void span_retire(const struct fm_class *k, struct fm_shard *h, uint32_t h
   span_free(head);
 }
 
+/* Moves into h (locked) a span of another shard whose lock is free: one of its emptiest (more
+ * than 7/8 of its blocks free, each handed out once: not a span its threads are filling), else
+ * its spare. A shard whose threads went away or sleep (larson's main thread, whose blocks
+ * its workers took over) otherwise keeps spans that hold a few blocks each while busy shards
+ * open new ones (larson: 240 spans, 190 with this); a busy shard's fuller spans stay its own, so
+ * two threads' blocks share few lines of states (tests/c/lines.c). Looks at FM_STEAL_LOOK
+ * shards at most, from where its last look stopped. False when none has one. */
+static bool span_steal(struct fm_class *k, struct fm_shard *h) {
+  unsigned n = fm_pool.nshards, self = (unsigned)(h - k->sh), look = n - 1 < FM_STEAL_LOOK ? n - 1 : FM_STEAL_LOOK;
+  for (unsigned i = 0; i < look; i++) {
+    h->steal = (h->steal + 1) % n;
+    if (h->steal == self) h->steal = (h->steal + 1) % n;
+    struct fm_shard *x = &k->sh[h->steal];
+    if (!fm_trylock(&x->lock)) continue;
+    uint32_t head = x->bucket[FM_BUCKETS - 1];
+    if (head && span_rec(head - 1)->hw == k->nblocks) {
+      bucket_remove(x, head - 1);
+    } else {
+      head = x->spare;
+      x->spare = 0;
+    }
+    if (!head--) {
+      fm_unlock(&x->lock);
+      continue;
+    }
+    struct fm_run *r = span_rec(head);
+    uint32_t used = k->nblocks - r->nfree;
+    x->out -= used;
+    x->spans--;
+    __atomic_store_n(&r->shard, self, __ATOMIC_RELAXED);   /* under x's lock: give_spans reads it again under it */
+    fm_unlock(&x->lock);
+    r->epoch = h->epoch;
+    if ((h->out += used) > h->peak) h->peak = h->out;
+    if (++h->spans > h->spans_peak) h->spans_peak = h->spans;
+    bucket_insert(k, h, head);
+    return true;
+  }
+  return false;
+}
+
 /* ---- batches ----------------------------------------------------------------------------- */
 /* state_of in a loop over one span, st0 being its block 0's state: the shadow's are in a row
  * (in_lines: k->line_states, read once by the caller, as the stores in the loop might alias it). */
@@ -337,8 +377,9 @@ uint32_t class_take(unsigned c, unsigned sh, struct fm_blk *b, uint32_t want, bo
     }
   }
   uint32_t cached = got;
+  bool stole = false;
   while (got < want) {   /* each span fills the top of what is left */
-    if (!h->bucket_map && (!grow || !span_new(c, h))) break;
+    if (!h->bucket_map && (stole || !(stole = span_steal(k, h))) && (!grow || !span_new(c, h))) break;
     uint32_t head = h->bucket[__builtin_ctz(h->bucket_map)] - 1;
     got += span_take(k, h, head, b, want - got);
   }
@@ -427,8 +468,7 @@ static void give_spans(struct fm_class *k, unsigned c, const struct fm_blk *b, u
     if ((e & 0xff) != c + 1) fault_stop("a thread cache is damaged", b[i].p, (int)c);
     uint32_t head = span_head(e);
     struct fm_run *r = span_rec(head);
-    struct fm_shard *x = &k->sh[r->shard];
-    if (x != h) {
+    for (struct fm_shard *x; (x = &k->sh[__atomic_load_n(&r->shard, __ATOMIC_RELAXED)]) != h;) {   /* (span_steal moves a span under its shard's lock) */
       if (h) fm_unlock(&h->lock);
       fm_lock(&(h = x)->lock);
     }

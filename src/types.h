@@ -225,6 +225,7 @@
 #define FM_TAGS 250u                 /* threads whose blocks carry their own LIVE value at once */
 #define FM_TAG_WAIT 8u               /* unused tags that wait before the oldest is taken again (tcache.c) */
 #define FM_SHARDS_MAX 64u            /* shards per class: two per CPU the process may use, up to this */
+#define FM_STEAL_LOOK 8u             /* other shards a shard with no free block looks at for a span */
 #define FM_TC_PER_CPU (8u << 20)     /* bytes all thread caches may hold, per CPU, shared by threads, */
 #define FM_TC_MIN (1u << 20)         /* ... but a thread's share is at least this */
 #define FM_TC_MAX (2u << 20)         /* ... and never more than this */
@@ -369,6 +370,7 @@ struct fm_shard {
   uint32_t bucket[FM_BUCKETS];        /* first span (chunk index + 1) of each bucket, 0: none */
   uint32_t spare;                     /* one span with every block free, kept back (chunk + 1) */
   uint32_t xfer_n;                    /* blocks in the transfer cache */
+  uint32_t steal;                     /* the shard span_steal looked at last */
   uint64_t out;                       /* blocks taken from this shard's spans, not given back */
   uint64_t peak, spans, spans_peak, borrows, exhausted;
 } sector_aligned;   /* zero is its start (an unlocked mutex, epoch 0): set-up writes none of it */

@@ -148,10 +148,9 @@ static inline unsigned remote_class(uintptr_t v) { return (unsigned)(v >> FM_SLO
 hidden void remote_setup(void);
 hidden void remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n);
 hidden uint32_t remote_take(struct fm_tag *t, struct fm_blk *b, uint32_t most);   /* t's holder: CACHED into b */
-struct remote_adoption { struct fm_tag *t; uint32_t end; const fm_st *busy; };   /* not t's holder: */
+struct remote_adoption { struct fm_tag *t; uint32_t end; };   /* not t's holder: */
 hidden bool remote_adopt_begin(struct fm_tag *t, struct remote_adoption *a);
 hidden uint32_t remote_adopt_take(struct remote_adoption *a, struct fm_blk *b, uint32_t most);   /* CACHED into b */
-hidden void remote_adopt_end(struct remote_adoption *a);
 hidden bool remote_behind(const struct fm_tag *t);   /* blocks wait on t's remote stack */
 hidden void remote_orphans(struct fm_tag *t);
 hidden bool remote_hold(struct fm_tag *t, struct fm_tcache *tc);

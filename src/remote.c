@@ -196,38 +196,44 @@ void remote_setup(void) {
   __atomic_store_n(&barrier_ok, os_membarrier(true), __ATOMIC_RELAXED);
 }
 
-/* Starts taking the blocks that wait for tag t, not being its holder, into *a (up to
- * FM_COLLECT_BEHIND of them, as a refill takes): when t's holder has fallen behind (at least
- * FM_ADOPT_AT written slots wait), after a barrier (above). False
- * (nothing started) when it has not, t has no holder, another thread takes its blocks, or the
- * barrier fails. */
+/* Starts taking the blocks that wait for tag t, not being its holder (up to FM_COLLECT_BEHIND of
+ * them, as a refill takes): when t's holder has fallen behind (at least FM_ADOPT_AT written
+ * slots wait), the slots written now, after a barrier (above). False (nothing started) when it
+ * has not or the barrier fails. No `taking` is held across the barrier, nor between the takes:
+ * a thread preempted there kept t's holder from its blocks, and senders pushed them on the
+ * stack meanwhile (scale xchg, 400 threads on 2 CPUs: a third of the tags taken at any time,
+ * the stacks growing as long as the program ran). The slots seen written before the barrier
+ * stay so until taken: a slot is reused only after the head has passed it, and a take starts
+ * at the head of its time. */
 bool remote_adopt_begin(struct fm_tag *t, struct remote_adoption *a) {
   uint32_t mask = fm_pool.inbox_n - 1, at = fm_pool.inbox_n / 2 < FM_ADOPT_AT ? fm_pool.inbox_n / 2 : FM_ADOPT_AT;
   uint32_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
   if (!__atomic_load_n(&barrier_ok, __ATOMIC_RELAXED) || atomic_load_explicit(&t->tail, memory_order_relaxed) - head < at ||
-      !atomic_load_explicit(&inbox(t)[(head + at - 1) & mask].p, memory_order_relaxed) || !taking_claim(t))
+      !atomic_load_explicit(&inbox(t)[(head + at - 1) & mask].p, memory_order_relaxed))
     return false;
-  struct fm_tcache *h = t->holder;   /* (remote_release clears it while it has `taking`: h stays) */
-  head = atomic_load_explicit(&t->head, memory_order_relaxed);
   uint32_t end = head, most = fm_pool.inbox_n < FM_COLLECT_BEHIND ? fm_pool.inbox_n : FM_COLLECT_BEHIND;
   while (end - head < most && atomic_load_explicit(&inbox(t)[end & mask].p, memory_order_acquire)) end++;
-  if (h && end - head >= at) {
-    if (os_membarrier(false)) {
-      *a = (struct remote_adoption){t, end, __atomic_load_n(&h->busy, __ATOMIC_ACQUIRE)};
-      return true;
-    }
+  if (end - head < at) return false;
+  if (!os_membarrier(false)) {
     __atomic_store_n(&barrier_ok, false, __ATOMIC_RELAXED);   /* (a fork child the kernel did not register: holders take their own) */
+    return false;
   }
-  taking_end(t);
-  return false;
+  *a = (struct remote_adoption){t, end};
+  return true;
 }
 
-/* Up to `most` of the adopted blocks, CACHED, into b (0: no more). */
+/* Up to `most` of the adopted blocks, CACHED, into b (0: no more): from the head up to the end
+ * seen before the barrier, stopping at the block whose state t's holder publishes now (read
+ * after the barrier, under `taking`, which the holder's release waits for: its cache stays). */
 uint32_t remote_adopt_take(struct remote_adoption *a, struct fm_blk *b, uint32_t most) {
-  return inbox_take(a->t, b, most, a->end, a->busy);
+  struct fm_tag *t = a->t;
+  if (!taking_claim(t)) return 0;
+  struct fm_tcache *h = t->holder;
+  uint32_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
+  uint32_t n = h && (int32_t)(a->end - head) > 0 ? inbox_take(t, b, most, a->end, __atomic_load_n(&h->busy, __ATOMIC_ACQUIRE)) : 0;
+  taking_end(t);
+  return n;
 }
-
-void remote_adopt_end(struct remote_adoption *a) { taking_end(a->t); }
 
 /* ---- sending ---------------------------------------------------------------------------- */
 /* Sends n REMOTE blocks b[] (as inbox slots hold them) to owner's inbox, or, when it has no

@@ -242,7 +242,6 @@ static void adopt(struct fm_tcache *tc, struct fm_tag *t) {
     home_all(tc, b, n);
     tc->moved += n;
   }
-  remote_adopt_end(&a);
 }
 
 /* Takes up to `most` blocks of tc's own tag home (inbox first, then its remote stack). */

@@ -199,7 +199,7 @@ void remote_setup(void) {
 /* Starts taking the blocks that wait for tag t, not being its holder (up to FM_COLLECT_BEHIND of
  * them, as a refill takes): when t's holder has fallen behind (at least FM_ADOPT_AT written
  * slots wait), the slots written now, after a barrier (above). False (nothing started) when it
- * has not or the barrier fails. No `taking` is held across the barrier, nor between the takes:
+ * has not, t has no holder, another thread takes its blocks now, or the barrier fails. No `taking` is held across the barrier, nor between the takes:
  * a thread preempted there kept t's holder from its blocks, and senders pushed them on the
  * stack meanwhile (scale xchg, 400 threads on 2 CPUs: a third of the tags taken at any time,
  * the stacks growing as long as the program ran). The slots seen written before the barrier
@@ -209,8 +209,9 @@ bool remote_adopt_begin(struct fm_tag *t, struct remote_adoption *a) {
   uint32_t mask = fm_pool.inbox_n - 1, at = fm_pool.inbox_n / 2 < FM_ADOPT_AT ? fm_pool.inbox_n / 2 : FM_ADOPT_AT;
   uint32_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
   if (!__atomic_load_n(&barrier_ok, __ATOMIC_RELAXED) || atomic_load_explicit(&t->tail, memory_order_relaxed) - head < at ||
-      !atomic_load_explicit(&inbox(t)[(head + at - 1) & mask].p, memory_order_relaxed))
-    return false;
+      !atomic_load_explicit(&inbox(t)[(head + at - 1) & mask].p, memory_order_relaxed) ||
+      atomic_load_explicit(&t->taking, memory_order_relaxed) || !atomic_load_explicit(&t->live, memory_order_relaxed))
+    return false;   /* (another thread takes them now; no holder: they go to their spans) */
   uint32_t end = head, most = fm_pool.inbox_n < FM_COLLECT_BEHIND ? fm_pool.inbox_n : FM_COLLECT_BEHIND;
   while (end - head < most && atomic_load_explicit(&inbox(t)[end & mask].p, memory_order_acquire)) end++;
   if (end - head < at) return false;

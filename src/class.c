@@ -245,8 +245,8 @@ static void span_retire(const struct fm_class *k, struct fm_shard *h, uint32_t h
  * than 7/8 of its blocks free, each handed out once: not a span its threads are filling), else
  * its spare. A shard whose threads went away or sleep (larson's main thread, whose blocks
  * its workers took over) otherwise keeps spans that hold a few blocks each while busy shards
- * open new ones (larson: 240 spans, 190 with this); a busy shard's fuller spans stay its own, so
- * two threads' blocks share few lines of states (tests/c/lines.c). Looks at FM_STEAL_LOOK
+ * open new ones; a busy shard's fuller spans stay its own, so two threads' blocks share few
+ * lines of states (tests/c/lines.c). Looks at FM_STEAL_LOOK
  * shards at most, from where its last look stopped. False when none has one. */
 static bool span_steal(struct fm_class *k, struct fm_shard *h) {
   unsigned n = fm_pool.nshards, self = (unsigned)(h - k->sh), look = n - 1 < FM_STEAL_LOOK ? n - 1 : FM_STEAL_LOOK;

@@ -200,10 +200,8 @@ void remote_setup(void) {
  * them, as a refill takes): when t's holder has fallen behind (at least FM_ADOPT_AT written
  * slots wait), the slots written now, after a barrier (above). False (nothing started) when it
  * has not, t has no holder, another thread takes its blocks now, or the barrier fails. No
- * `taking` is held across the barrier, nor between the takes: a thread preempted there kept
- * t's holder from its blocks, and senders pushed them on the stack meanwhile (scale xchg, 400
- * threads on 2 CPUs: a third of the tags taken at any time, the stacks growing as long as the
- * program ran). The slots seen written before the barrier stay so until taken: a slot is
+ * `taking` is held across the barrier, nor between the takes: a thread preempted there would
+ * keep t's holder from its blocks while senders push them on the stack. The slots seen written before the barrier stay so until taken: a slot is
  * reused only after the head has passed it, and a take starts at the head of its time. */
 bool remote_adopt_begin(struct fm_tag *t, struct remote_adoption *a) {
   uint32_t mask = fm_pool.inbox_n - 1, at = fm_pool.inbox_n / 2 < FM_ADOPT_AT ? fm_pool.inbox_n / 2 : FM_ADOPT_AT;

@@ -13,37 +13,47 @@
 #include "internal.h"
 #include "os.h"
 
-/* ---- slots and links -------------------------------------------------------------------- */
+/* ---- slots and carriers ------------------------------------------------------------------ */
 /* A block another thread freed waits in its tag's inbox, a ring of slots (the block's address
  * and class, its state's address): a sender reserves slots by moving the tail (one
  * compare-exchange for a whole outbox) and writes them; a taker takes them from the head, in
  * order, and stops at a slot reserved but not yet written (its sender, once it has written it,
  * looks whether the tag still has a holder: remote_send). A slot is zeroed when taken, before
  * the head passes it, so a reservation always finds its slots empty. When the inbox is full
- * the blocks go on the tag's remote stack, linked through their first words: the link, and a
- * hint (the block FM_AHEAD on, for the drain to fetch early). Each word is masked with its own
- * keyed mix of the block's own address (struct link_masks), and no word holds a value a reader
- * could know: the end of the stack and a hint past the end of a batch are LINK_END, a
- * per-process value that is no address. So one read of a freed block gives no address and no
- * mask (at 85c21b6 the two masks were m and ~m and the hint past a batch's end 0: such a block
- * gave its mask and its link in plain), and the taker checks every entry's state before it
- * trusts the link. */
+ * an outbox goes on the tag's remote stack as a chain of carriers: a carrier is one of its
+ * blocks whose words (up to FM_OUTBOX, at most the block's size) hold the link to the next
+ * carrier, then the addresses of the blocks after it in the outbox, ended by LINK_END when
+ * they stop short of its last word. Only the carriers are written and read (one block in 8 of
+ * 64 B, one in 32 from 256 B): the others stay in the cache of the thread that last wrote
+ * them, and the taker follows one link per carrier, not per block. Each word is masked with
+ * its own keyed mix of the carrier's address and the word's place (word_mask), and no word
+ * holds a value a reader could know: the end of the stack and of a carrier's list are
+ * LINK_END, a per-process value that is no address. So one read of a freed block gives no
+ * address and no mask (at 85c21b6 a block's two words were masked with m and ~m and a
+ * batch's last hints were 0: such a block gave its mask and its link in plain), and the taker
+ * checks a carrier's state before it reads its words and every address it finds there before
+ * it trusts it. */
 #define INBOX_HOLE 1u   /* a slot a fork's other threads reserved and will never write */
 
 /* Tag t's inbox; slot i (any count: the ring wraps) is inbox(t)[i & (fm_pool.inbox_n - 1)]. */
 static struct fm_slot *inbox(const struct fm_tag *t) { return fm_pool.inbox + (size_t)(t - fm_pool.tags) * fm_pool.inbox_n; }
 
-/* The masks of a block's two words: one keyed mix of its address, two multipliers. */
-struct link_masks {
-  uintptr_t link, hint;
-};
-static struct link_masks masks(const void *p) {
-  uint64_t x = ((uintptr_t)p ^ fm_pool.key) * 0x9e3779b97f4a7c15ull;
-  x ^= x >> 29;
-  uint64_t a = x * fm_pool.link_key, b = x * (fm_pool.key | 1);
-  return (struct link_masks){a ^ a >> 32, b ^ b >> 32};
+/* The words a carrier of class c holds: its link and the blocks it lists after it. */
+static uint32_t carrier_words(unsigned c) {
+  uint32_t w = fm_pool.cls[c].size / sizeof(uintptr_t);
+  return w < FM_OUTBOX ? w : FM_OUTBOX;
 }
-/* The end of a stack or of a batch's hints: random, bit 63 set (no address), per process. */
+/* A carrier's key, a keyed mix of its address, and the mask of its word k. */
+static uint64_t carrier_key(const void *p) {
+  uint64_t x = ((uintptr_t)p ^ fm_pool.key) * 0x9e3779b97f4a7c15ull;
+  return x ^ x >> 29;
+}
+static uintptr_t word_mask(uint64_t x, uint32_t k) {
+  uint64_t a = (x + k) * 0xbf58476d1ce4e5b9ull;
+  a = (a ^ a >> 31) * fm_pool.link_key;
+  return a ^ a >> 32;
+}
+/* The end of a stack or of a carrier's list: random, bit 63 set (no address), per process. */
 #define LINK_END ((fm_pool.link_key ^ fm_pool.key) | (uintptr_t)1 << 63)
 
 static uintptr_t pending(const struct fm_tag *t) { return __atomic_load_n(&t->pending, __ATOMIC_RELAXED); }
@@ -55,15 +65,6 @@ static void home(struct fm_blk *b, void *p, int c, fm_st *st) {
   if (st_load(st) != ST_REMOTE) fault_stop("double free (by two threads at once)", p, c);
   st_store(st, ST_CACHED);
   *b = (struct fm_blk){(void *)remote_entry(p, (unsigned)c), st};
-}
-
-/* The cache lines a drain of the remote stack will want of block p (a hint: p may be
- * anything): its state's and its first two words'. */
-static void drain_prefetch(uintptr_t p) {
-  fm_st *st;
-  if (class_find((void *)p, &st) < 0) return;
-  __builtin_prefetch(st, 1);
-  __builtin_prefetch((void *)p);
 }
 
 /* ---- taking ----------------------------------------------------------------------------- */
@@ -97,25 +98,53 @@ static uint32_t inbox_take(struct fm_tag *t, struct fm_blk *b, uint32_t most, ui
   return n;
 }
 
-/* Takes up to `most` blocks of tag t's remote stack into b. */
+/* The block at v that carrier w (of class c) lists or links to: v must start a block of a
+ * span, else w was written after its free. Returns v's class, its state in *st. */
+static int listed(uintptr_t v, fm_st **st, const void *w, unsigned c) {
+  int k = class_find((void *)v, st);
+  if (k < 0) fault_stop("a block freed by another thread was damaged (written after free)", w, (int)c);
+  return k;
+}
+
+/* Takes up to `most` blocks of tag t's remote stack into b: the blocks a carrier lists, then
+ * the carrier itself (its words read before it goes home), then the next carrier, whose line
+ * was fetched when this one was begun. A carrier left part-way is resumed at its word
+ * t->pending_at. */
 static uint32_t stack_take(struct fm_tag *t, struct fm_blk *b, uint32_t most) {
   uint32_t n = 0;
-  if (!pending(t)) {
-    if (!atomic_load_explicit(&t->remote, memory_order_relaxed)) return 0;
-    fm_count(CNT_RMW);
-    __atomic_store_n(&t->pending, atomic_exchange_explicit(&t->remote, 0, memory_order_acquire), __ATOMIC_RELAXED);
-  }
-  for (; n < most && pending(t); n++) {
-    void *p = (void *)pending(t);
+  while (n < most) {
+    if (!pending(t)) {
+      if (!atomic_load_explicit(&t->remote, memory_order_relaxed)) break;
+      fm_count(CNT_RMW);
+      __atomic_store_n(&t->pending, atomic_exchange_explicit(&t->remote, 0, memory_order_acquire), __ATOMIC_RELAXED);
+      t->pending_at = 1;
+    }
+    uintptr_t *w = (uintptr_t *)pending(t);
     fm_st *st;
-    int c = class_find(p, &st);
-    if (c < 0) fault_stop("a block freed by another thread was damaged (written after free)", p, class_at(p));
-    struct link_masks m = masks(p);
-    uintptr_t next = *(uintptr_t *)p ^ m.link;   /* p starts a block: its link may be read (and waited on) while its state is */
-    if (next == LINK_END) next = 0;
-    drain_prefetch(((uintptr_t *)p)[1] ^ m.hint);   /* LINK_END: in no span, not fetched */
-    home(&b[n], p, c, st);                          /* (a state not REMOTE stops here, before the link is followed) */
-    __atomic_store_n(&t->pending, next, __ATOMIC_RELAXED);
+    int c = class_find(w, &st);
+    if (c < 0) fault_stop("a block freed by another thread was damaged (written after free)", w, class_at(w));
+    if (st_load(st) != ST_REMOTE) fault_stop("double free (by two threads at once)", w, c);   /* before its words are read */
+    uint64_t x = carrier_key(w);
+    uint32_t words = carrier_words((unsigned)c), k = t->pending_at;
+    uintptr_t next = w[0] ^ word_mask(x, 0);
+    if (k == 1 && next != LINK_END) __builtin_prefetch((void *)next);   /* (checked before it is followed) */
+    for (; k < words && n < most; k++) {
+      uintptr_t v = w[k] ^ word_mask(x, k);
+      if (v == LINK_END) {
+        k = words;
+        break;
+      }
+      fm_st *vst;
+      int vc = listed(v, &vst, w, (unsigned)c);
+      home(&b[n++], (void *)v, vc, vst);
+    }
+    t->pending_at = k;
+    if (k < words || n == most) break;
+    fm_st *nst;
+    if (next != LINK_END) listed(next, &nst, w, (unsigned)c);
+    home(&b[n++], w, c, st);
+    __atomic_store_n(&t->pending, next == LINK_END ? 0 : next, __ATOMIC_RELAXED);
+    t->pending_at = 1;
   }
   return n;
 }
@@ -235,8 +264,26 @@ uint32_t remote_adopt_take(struct remote_adoption *a, struct fm_blk *b, uint32_t
 }
 
 /* ---- sending ---------------------------------------------------------------------------- */
+/* Writes the n blocks b[] (as inbox slots hold them) as a chain of carriers, b[0] the first;
+ * returns the last, whose link the caller writes. */
+static uintptr_t *carry(const struct fm_blk *b, uint32_t n) {
+  uintptr_t *w = NULL;
+  uint64_t wx = 0;
+  for (uint32_t i = 0; i < n;) {
+    uintptr_t *cw = remote_block((uintptr_t)b[i].p);
+    uint64_t x = carrier_key(cw);
+    uint32_t words = carrier_words(remote_class((uintptr_t)b[i].p)), k = 1;
+    if (w) w[0] = (uintptr_t)cw ^ word_mask(wx, 0);
+    for (i++; k < words && i < n; k++, i++) cw[k] = (uintptr_t)remote_block((uintptr_t)b[i].p) ^ word_mask(x, k);
+    if (k < words) cw[k] = LINK_END ^ word_mask(x, k);
+    w = cw;
+    wx = x;
+  }
+  return w;
+}
+
 /* Sends n REMOTE blocks b[] (as inbox slots hold them) to owner's inbox, or, when it has no
- * room for them, chains them on its remote stack in one push. A tag no thread holds gets
+ * room for them, pushes them on its remote stack as one chain of carriers. A tag no thread holds gets
  * nothing: the blocks, and what waits there, go back to their spans. */
 void remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n) {
   if (!atomic_load(&owner->live) && taking_claim(owner)) {
@@ -253,14 +300,8 @@ void remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n) {
   for (;;) {
     uint32_t head = atomic_load_explicit(&owner->head, memory_order_acquire);
     if (tail + n - head > fm_pool.inbox_n) {
-      for (uint32_t j = 0; j < n; j++) {   /* a link, and a hint of the block FM_AHEAD on for the drain to fetch early */
-        uintptr_t *w = remote_block((uintptr_t)b[j].p);
-        struct link_masks m = masks(w);
-        if (j + 1 < n) w[0] = (uintptr_t)remote_block((uintptr_t)b[j + 1].p) ^ m.link;
-        w[1] = (j + FM_AHEAD < n ? (uintptr_t)remote_block((uintptr_t)b[j + FM_AHEAD].p) : LINK_END) ^ m.hint;
-      }
-      uintptr_t *last = remote_block((uintptr_t)b[n - 1].p), h = atomic_load_explicit(&owner->remote, memory_order_relaxed);
-      uintptr_t last_mask = masks(last).link;
+      uintptr_t *last = carry(b, n), h = atomic_load_explicit(&owner->remote, memory_order_relaxed);
+      uintptr_t last_mask = word_mask(carrier_key(last), 0);
       do {
         fm_count(CNT_RMW);
         *last = (h ? h : LINK_END) ^ last_mask;

@@ -236,7 +236,7 @@
 #define FM_COLLECT 64u               /* remotely freed blocks one refill takes home at most, */
 #define FM_COLLECT_BEHIND 1024u      /* ... or this many while some wait on the remote stack */
 #define FM_OUTBOX 32u                /* another thread's blocks a thread gathers before one send */
-#define FM_AHEAD 8u                  /* a drain fetches the lines of the block this many on */
+#define FM_AHEAD 8u                  /* a take fetches the state of the inbox slot this many on */
 #define FM_INBOX_MAX 8192u           /* blocks other threads freed that wait in a tag's inbox, at most */
 #define FM_ADOPT_AT 256u             /* a refill takes the blocks waiting for another tag once this many wait */
 
@@ -308,7 +308,7 @@ struct fm_slot {
 /* An owner tag (ONE WRITER PER STATE): a LIVE value a thread holds while it runs, and where
  * other threads free the blocks handed out with it: its inbox, a ring of fm_pool.inbox_n
  * blocks in the meta area (the holder takes them without reading the blocks or looking them up,
- * four to a line), and, when the inbox is full, a stack linked through the blocks (mangled links).
+ * four to a line), and, when the inbox is full, a stack of carriers (blocks that list others).
  * FM_TAGS of them, recycled oldest first once FM_TAG_WAIT wait (tcache.c). */
 struct fm_tag {
   _Atomic uintptr_t remote;   /* blocks freed when the inbox was full (mangled links) */
@@ -316,7 +316,8 @@ struct fm_tag {
   _Atomic uint32_t head;      /* first inbox slot not yet taken */
   _Atomic uint32_t live;      /* a thread holds the tag; 0: its blocks go to their classes */
   _Atomic uint32_t taking;    /* a thread takes its blocks: the holder, an adopter or a drainer (remote.c) */
-  uintptr_t pending;          /* blocks taken off the stack, not yet home (mangled links) */
+  uintptr_t pending;          /* the carrier taken off the stack, not yet home (remote.c) */
+  uint32_t pending_at;        /* ... and its next word to read */
   struct fm_tcache *holder;   /* the cache of the thread holding it (written under `taking`) */
 } sector_aligned;
 

@@ -1,17 +1,20 @@
 /* links: a block another thread freed waits for its owner in the owner's inbox (a ring of
- * FM_INBOX addresses below the heap) or, when that is full, linked through its first 8 bytes.
+ * FM_INBOX addresses below the heap) or, when that is full, on a stack of carriers: the first
+ * block of each batch holds a link to the next carrier and the addresses of the blocks after it.
  * Thread A allocates FM_INBOX + n blocks of 64 B, thread B frees them (each sent by B's next
- * refill), so the first FM_INBOX fill A's inbox and the last n go on its remote stack.
+ * refill), so the first FM_INBOX fill A's inbox and the last n go on its remote stack, the
+ * first of them (p1) carrying the others.
  *
  *   inbox     the allocator writes nothing into the blocks in the inbox: all 64 bytes of each
  *             still read as A left them (0x5a)
- *   key       one read of a block on the stack gives away no key: the last two blocks p1 and
- *             p2 (p2 at the stack's end, p1 linking to p2); with the links mangled by the key and
- *             the address alone (the old scheme), word(p2) ^ p2 and word(p1) ^ p1 ^ p2 were both
- *             the key. They must differ (20 rounds)
- *   damaged   a write of zeros into p1 after B freed it (a write after free): A's drain stops
- *             the program with one line "a block freed by another thread was damaged (written
- *             after free)" before it follows the link (forked child, SIGABRT)
+ *   key       one read of a carrier gives away no key: p1 lists p2 and p3 in its words 1 and
+ *             2; masked with one value per block (a key, or a key and the block's address: the
+ *             old scheme), word 1 ^ p2 and word 2 ^ p3 were both that value. They must differ
+ *             (20 rounds); p2 and p3 themselves are not written
+ *   damaged   a write of zeros into p1's link, or into its list, after B freed it (a write
+ *             after free): A's drain stops the program with one line "a block freed by
+ *             another thread was damaged (written after free)" before it follows either
+ *             (forked child, SIGABRT)
  *
  * Reading a freed block is what an attacker with a read primitive does; the test does it on
  * purpose. */
@@ -22,11 +25,11 @@
 #include "fmtest.h"
 
 static pthread_barrier_t step;
-static void *volatile blocks[FM_INBOX + 2];
+static void *volatile blocks[FM_INBOX + 3];
 
 /* B: frees what A allocated (its outbox goes to A's inbox 32 blocks at a time, which the first
  * FM_INBOX fill), then mallocs a size it never used: a refill, which sends the last n from its
- * outbox to A's remote stack in one chain. */
+ * outbox to A's remote stack in one chain of carriers. */
 static void *thread_b(void *arg)
 {
     size_t n = (size_t)(uintptr_t)arg;
@@ -83,12 +86,16 @@ static void run(size_t n, void (*look)(void))
 }
 
 static uint64_t seen[2];
+static size_t written;   /* of p2 and p3's 64 bytes, those that no longer read 0x5a */
 
 static void look_key(void)
 {
-    void *p1 = blocks[FM_INBOX], *p2 = blocks[FM_INBOX + 1];   /* p1 links to p2, the stack's end */
-    seen[0] = word(p2) ^ (uintptr_t)p2;
-    seen[1] = word(p1) ^ (uintptr_t)p1 ^ (uintptr_t)p2;
+    void *p1 = blocks[FM_INBOX], *p2 = blocks[FM_INBOX + 1], *p3 = blocks[FM_INBOX + 2];
+    seen[0] = word((char *)p1 + 8) ^ (uintptr_t)p2;
+    seen[1] = word((char *)p1 + 16) ^ (uintptr_t)p3;
+    written = 0;
+    for (size_t j = 0; j < 64; j++)
+        written += (((unsigned char *)p2)[j] != 0x5a) + (((unsigned char *)p3)[j] != 0x5a);
 }
 
 static size_t untouched;
@@ -116,18 +123,22 @@ static void case_inbox(void)
 static void case_key(void)
 {
     for (int round = 0; round < 20; round++) {
-        run(2, look_key);
-        CHECK(seen[0] != seen[1], "round %d: the words of two freed blocks on a remote stack give the same "
-              "value %#llx once their addresses are taken out: the links are mangled with a key alone",
+        run(3, look_key);
+        CHECK(seen[0] != seen[1], "round %d: two words of a carrier give the same value %#llx once the addresses "
+              "they hold are taken out: the words are masked with one value per block",
               round, (unsigned long long)seen[0]);
+        CHECK(written == 0, "round %d: %zu bytes of the two blocks a carrier lists were written", round, written);
     }
-    printf("ok key: 20 rounds, no two remote links give one value\n");
+    printf("ok key: 20 rounds, no two words of a carrier give one value, the blocks it lists untouched\n");
 }
 
-static void look_damage(void) { memset(blocks[FM_INBOX], 0, 8); }
+static size_t damage_at;   /* the byte of p1 the damage starts at */
+static void look_damage(void) { memset((char *)blocks[FM_INBOX] + damage_at, 0, 8); }
 
-static void case_damaged(void)
+/* Zeros 8 bytes of p1 at byte `at` (0: its link, 8: the first block it lists). */
+static void damaged(size_t at)
 {
+    damage_at = at;
     fflush(stdout);
     int err[2];
     CHECK(pipe(err) == 0, "pipe");
@@ -135,7 +146,7 @@ static void case_damaged(void)
     CHECK(pid >= 0, "fork");
     if (pid == 0) {
         dup2(err[1], 2);
-        run(1, look_damage);
+        run(2, look_damage);
         _exit(0);
     }
     close(err[1]);
@@ -152,7 +163,13 @@ static void case_damaged(void)
     const char *want = "flatmalloc: a block freed by another thread was damaged (written after free)";
     CHECK(strncmp(buf, want, strlen(want)) == 0 && strchr(buf, '\n') == buf + len - 1,
           "stderr is not one line starting with \"%s\": %s", want, buf);
-    printf("ok damaged: %s", buf);
+    printf("ok damaged (byte %zu): %s", at, buf);
+}
+
+static void case_damaged(void)
+{
+    damaged(0);
+    damaged(8);
 }
 
 int main(int argc, char **argv)

@@ -283,8 +283,8 @@ static uintptr_t *carry(const struct fm_blk *b, uint32_t n) {
 }
 
 /* Sends n REMOTE blocks b[] (as inbox slots hold them) to owner's inbox, or, when it has no
- * room for them, pushes them on its remote stack as one chain of carriers. A tag no thread holds gets
- * nothing: the blocks, and what waits there, go back to their spans. */
+ * room for them, pushes them on its remote stack as one chain of carriers. A tag no thread
+ * holds gets nothing: the blocks, and what waits there, go back to their spans. */
 void remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n) {
   if (!atomic_load(&owner->live) && taking_claim(owner)) {
     if (!atomic_load(&owner->live)) {   /* (remote_hold waits for `taking`: no holder comes meanwhile) */

@@ -98,11 +98,11 @@ static uint32_t inbox_take(struct fm_tag *t, struct fm_blk *b, uint32_t most, ui
   return n;
 }
 
-/* The block at v that carrier w (of class c) lists or links to: v must start a block of a
- * span, else w was written after its free. Returns v's class, its state in *st. */
-static int listed(uintptr_t v, fm_st **st, const void *w, unsigned c) {
+/* The block at v that carrier w (of class c, -1: none) is, lists or links to: v must start a
+ * block of a span, else w was written after its free. Returns v's class, its state in *st. */
+static int listed(uintptr_t v, fm_st **st, const void *w, int c) {
   int k = class_find((void *)v, st);
-  if (k < 0) fault_stop("a block freed by another thread was damaged (written after free)", w, (int)c);
+  if (k < 0) fault_stop("a block freed by another thread was damaged (written after free)", w, c);
   return k;
 }
 
@@ -121,8 +121,7 @@ static uint32_t stack_take(struct fm_tag *t, struct fm_blk *b, uint32_t most) {
     }
     uintptr_t *w = (uintptr_t *)pending(t);
     fm_st *st;
-    int c = class_find(w, &st);
-    if (c < 0) fault_stop("a block freed by another thread was damaged (written after free)", w, class_at(w));
+    int c = listed((uintptr_t)w, &st, w, class_at(w));
     if (st_load(st) != ST_REMOTE) fault_stop("double free (by two threads at once)", w, c);   /* before its words are read */
     uint64_t x = carrier_key(w);
     uint32_t words = carrier_words((unsigned)c), k = t->pending_at;
@@ -135,13 +134,13 @@ static uint32_t stack_take(struct fm_tag *t, struct fm_blk *b, uint32_t most) {
         break;
       }
       fm_st *vst;
-      int vc = listed(v, &vst, w, (unsigned)c);
+      int vc = listed(v, &vst, w, c);
       home(&b[n++], (void *)v, vc, vst);
     }
     t->pending_at = k;
     if (k < words || n == most) break;
     fm_st *nst;
-    if (next != LINK_END) listed(next, &nst, w, (unsigned)c);
+    if (next != LINK_END) listed(next, &nst, w, c);
     home(&b[n++], w, c, st);
     __atomic_store_n(&t->pending, next == LINK_END ? 0 : next, __ATOMIC_RELAXED);
     t->pending_at = 1;
@@ -230,8 +229,9 @@ void remote_setup(void) {
  * slots wait), the slots written now, after a barrier (above). False (nothing started) when it
  * has not, t has no holder, another thread takes its blocks now, or the barrier fails. No
  * `taking` is held across the barrier, nor between the takes: a thread preempted there would
- * keep t's holder from its blocks while senders push them on the stack. The slots seen written before the barrier stay so until taken: a slot is
- * reused only after the head has passed it, and a take starts at the head of its time. */
+ * keep t's holder from its blocks while senders push them on the stack. The slots seen written
+ * before the barrier stay so until taken: a slot is reused only after the head has passed it,
+ * and a take starts at the head of its time. */
 bool remote_adopt_begin(struct fm_tag *t, struct remote_adoption *a) {
   uint32_t mask = fm_pool.inbox_n - 1, at = fm_pool.inbox_n / 2 < FM_ADOPT_AT ? fm_pool.inbox_n / 2 : FM_ADOPT_AT;
   uint32_t head = atomic_load_explicit(&t->head, memory_order_relaxed);

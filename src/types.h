@@ -311,7 +311,7 @@ struct fm_slot {
  * four to a line), and, when the inbox is full, a stack of carriers (blocks that list others).
  * FM_TAGS of them, recycled oldest first once FM_TAG_WAIT wait (tcache.c). */
 struct fm_tag {
-  _Atomic uintptr_t remote;   /* blocks freed when the inbox was full (mangled links) */
+  _Atomic uintptr_t remote;   /* the first carrier of the blocks freed when the inbox was full */
   _Atomic uint32_t tail;      /* inbox slots reserved by freeing threads */
   _Atomic uint32_t head;      /* first inbox slot not yet taken */
   _Atomic uint32_t live;      /* a thread holds the tag; 0: its blocks go to their classes */

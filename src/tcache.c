@@ -299,6 +299,16 @@ static uint64_t salts_used;
 static uint16_t salts_next = 64;   /* the next salt once all 64 are in use */
 static uint32_t tags_held;   /* threads holding a tag (atomic) */
 
+/* Adds d to a count the statistics read beside the other (caches_live, tags_held), under
+ * caches_lock as tcache_stats reads them: a thread counts its cache before its tag and drops
+ * its tag before its cache, so no reading has more threads with a tag than with a cache. */
+static void count_add(_Atomic uint32_t *live, uint32_t *tags, int32_t d) {
+  fm_lock(&caches_lock);
+  if (live) atomic_fetch_add_explicit(live, (uint32_t)d, memory_order_relaxed);
+  if (tags) __atomic_fetch_add(tags, (uint32_t)d, __ATOMIC_RELAXED);
+  fm_unlock(&caches_lock);
+}
+
 /* Gives tc a tag: its blocks from now on carry the tag's LIVE value and it frees them with
  * plain stores. The blocks it handed out before stay LIVE for anyone. */
 static void tag_take(struct fm_tcache *tc) {
@@ -310,7 +320,7 @@ static void tag_take(struct fm_tcache *tc) {
   }
   tc->t = t;
   tc->tag = tc->own = tag_value(t);
-  __atomic_fetch_add(&tags_held, 1, __ATOMIC_RELAXED);
+  count_add(NULL, &tags_held, 1);
 }
 
 static void tag_drop(struct fm_tcache *tc) {
@@ -321,7 +331,7 @@ static void tag_drop(struct fm_tcache *tc) {
   tc->own = ST_NONE;
   remote_release(t);   /* what other threads free for it, now and after, goes back to the spans */
   tag_push(t);
-  __atomic_fetch_sub(&tags_held, 1, __ATOMIC_RELAXED);
+  count_add(NULL, &tags_held, -1);
 }
 
 /* Bytes of a cache's rows before the long ones; of a cache with the classes of o (pool.c lays
@@ -447,8 +457,8 @@ static void tcache_exit(void *v) {
   tcache_gone = true;
   outbox_flush(tc);
   for (unsigned c = 0; c < fm_pool.nclass; c++) bin_resize(tc, c, 0);
-  atomic_fetch_sub_explicit(&fm_pool.caches_live, 1, memory_order_relaxed);
   tag_drop(tc);
+  count_add(&fm_pool.caches_live, NULL, -1);
   cache_free(tc);
 }
 
@@ -470,8 +480,8 @@ static cold noinline struct fm_tcache *tcache_attach(void) {
   if (tcache_gone || fm_pool.valgrind) return &fm_tc_empty;
   struct fm_tcache *tc = cache_new();
   if (!tc) return &fm_tc_empty;
+  count_add(&fm_pool.caches_live, NULL, 1);
   tag_take(tc);
-  atomic_fetch_add_explicit(&fm_pool.caches_live, 1, memory_order_relaxed);
   fm_tc = tc;
   pthread_setspecific(tcache_key, tc);
   return tc;

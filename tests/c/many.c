@@ -20,7 +20,8 @@
  *   exit   249 threads hold every tag but one; thread X takes the last (with_tag 250),
  *          allocates 20,000 blocks and hands them to 4 threads, which free a third of their
  *          share before X exits, a third while it exits, a third after (with_tag 249); then the
- *          first new thread takes X's tag (with_tag 250 again) and it and 7 more allocate,
+ *          first new thread takes X's tag (with_tag 250 again; while a freer giving X's
+ *          blocks back holds the tag busy it refills again, for at most 10 s) and it and 7 more allocate,
  *          exchange and free blocks normally, and free the rest of X's blocks: all intact, in
  *          use back to its start
  *   succ   12 threads one after another, each allocating 3,000 blocks of 1-9 KiB, checking and
@@ -423,6 +424,7 @@ static void *ex_freer(void *arg)
 static fmt_blk ex_swap[EX_NEW][256];
 static pthread_barrier_t ex_swapped;
 static atomic_int ex_started;
+#define EX_MORE 1000 /* blocks of 3,000 B a round: more than a cache holds, so each round refills */
 
 static void *ex_new(void *arg)
 {
@@ -430,6 +432,17 @@ static void *ex_new(void *arg)
     fmt_rng r = {(uint64_t)j * 31 + 5};
     for (int i = 0; i < 256; i++)
         fmt_blk_new(&ex_swap[j][i], 1 + fmt_below(&r, 3000), fmt_next(&r), "a thread started after X's exit");
+    /* A freer giving X's blocks back holds the free tag meanwhile (remote_hold's "another time"),
+     * for a whole time slice when it is preempted there: the first new thread goes on refilling
+     * (each refill tries the tag again) until it holds the tag, for at most 10 s. */
+    for (int round = 0; j == 0 && WITH_TAG() < FM_TAGS && round < 10000; round++) {
+        static void *more[EX_MORE];
+        for (int i = 0; i < EX_MORE; i++)
+            CHECK((more[i] = malloc(3000)) != NULL, "malloc(3000) while waiting for the free tag");
+        for (int i = 0; i < EX_MORE; i++)
+            free(more[i]);
+        usleep(1000);
+    }
     atomic_store(&ex_started, 1);
     pthread_barrier_wait(&ex_after);
     for (int i = EX_FREERS + j * EX_SHARES; i < EX_N; i += EX_SHARES * EX_NEW)

@@ -63,22 +63,26 @@ static bool inbox_open(uint32_t i) {
   return os_commit((void *)lo, hi - lo);
 }
 
+/* A tag: a new one while fewer than FM_TAG_WAIT wait to be taken again, else the one that waited
+ * longest. A new tag's inbox is opened after the lock is let go (no thread waits behind the
+ * system call); when the system refuses, the tag is never handed out. */
 static struct fm_tag *tag_pop(void) {
   struct fm_tag *t = NULL;
+  bool fresh = false;
   fm_lock(&tags_lock);
   uint32_t used = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
   uint32_t waiting = atomic_load_explicit(&fm_pool.tags_free, memory_order_relaxed);
   if (used < FM_TAGS && waiting < FM_TAG_WAIT) {
-    if (inbox_open(used)) {
-      t = &fm_pool.tags[used];
-      atomic_store_explicit(&fm_pool.tags_used, used + 1, memory_order_relaxed);
-    }
+    t = &fm_pool.tags[used];
+    fresh = true;
+    atomic_store_explicit(&fm_pool.tags_used, used + 1, memory_order_relaxed);
   } else if (waiting) {
     t = &fm_pool.tags[tags_fifo[fifo_head]];
     fifo_head = (fifo_head + 1) % FM_TAGS;
     atomic_fetch_sub_explicit(&fm_pool.tags_free, 1, memory_order_relaxed);
   }
   fm_unlock(&tags_lock);
+  if (fresh && !(t->opened = inbox_open(used))) return NULL;
   return t;
 }
 
@@ -398,12 +402,12 @@ static int64_t slot_take(void) {
       break;
     }
   if (i >= fm_pool.caches_n) i = -1;
-  if (i >= 0 && (uint32_t)i >= slots_open) {
-    if (fm_pool.lazy_commit && !os_commit(slot_cache((uint32_t)i), fm_pool.cache_bytes)) i = -1;
-    else slots_open = (uint32_t)i + 1;
-  }
+  bool fresh = i >= 0 && (uint32_t)i >= slots_open;
+  if (fresh) slots_open = (uint32_t)i + 1;
   if (i >= 0) slots_used[i / 64] |= 1ull << (i % 64);
   fm_unlock(&caches_lock);
+  /* opened after the lock is let go; a slot the system refuses to open stays taken */
+  if (fresh && fm_pool.lazy_commit && !os_commit(slot_cache((uint32_t)i), fm_pool.cache_bytes)) i = -1;
   return i;
 }
 
@@ -712,8 +716,8 @@ void tcache_after_fork(void) {
   if (fm_lock_held(&tags_lock)) fm_lock_init(&tags_lock, false);
   atomic_store_explicit(&fm_pool.tags_free, 0, memory_order_relaxed);
   fifo_head = 0;
-  for (uint32_t i = 0; i < used; i++)
-    if (&fm_pool.tags[i] != mine) tag_push(&fm_pool.tags[i]);
+  for (uint32_t i = 0; i < used; i++)   /* (one whose inbox a thread of the parent was opening stays out) */
+    if (&fm_pool.tags[i] != mine && fm_pool.tags[i].opened) tag_push(&fm_pool.tags[i]);
   tags_held = mine != NULL;
   atomic_store_explicit(&fm_pool.caches_live, me != NULL, memory_order_relaxed);
 }

@@ -318,6 +318,7 @@ struct fm_tag {
   _Atomic uint32_t taking;    /* a thread takes its blocks: the holder, an adopter or a drainer (remote.c) */
   uintptr_t pending;          /* the carrier taken off the stack, not yet home (remote.c) */
   uint32_t pending_at;        /* ... and its next word to read */
+  bool opened;                /* its inbox is open (tcache.c's tag_pop); a fork child reuses only these */
   struct fm_tcache *holder;   /* the cache of the thread holding it (written under `taking`) */
 } sector_aligned;
 

@@ -60,6 +60,7 @@ static struct {
   uint64_t used, used_peak, listed, dirty, released;
   uint64_t retain;                      /* chunks */
   bool keep;                            /* pages never go back (span_set_retain) */
+  bool opening;                         /* a thread opens the next step (unlock_opening_ahead) */
   uint64_t delay, window;               /* ms: FLATMALLOC_RETAIN_DELAY; when this window began */
   uint64_t peak_now, peak_before;       /* the most chunks in use in this window, in the one before */
   uint64_t trimmed;                     /* ms: the last full malloc_trim (span_trim_full), 0: none */
@@ -423,26 +424,60 @@ static bool commit_entries(const void *array, size_t each, uint32_t from, uint32
   return os_commit((void *)lo, hi - lo);
 }
 
-static bool commit_to(uint32_t to) {
-  if (!fm_pool.lazy_commit || to <= H.committed) return true;
-  /* 1 MiB at a time, whole huge pages on them: a first touch finds all of its huge page open */
+/* Where an opening that must reach chunk `to` stops: 1 MiB steps, whole huge pages on them (a
+ * first touch finds all of its huge page open). */
+static uint32_t commit_want(uint32_t to) {
   uint32_t step = (uint32_t)((1u << 20) >> FM_CHUNK_SHIFT);
   uint32_t want = on_huge(to - 1) ? hp_up(to) : (to + step - 1) / step * step;
   if (fm_pool.huge_chunks && to <= huge_from() && want > huge_from()) want = huge_from();
-  if (want > H.nchunks) want = H.nchunks;
+  return want < H.nchunks ? want : H.nchunks;
+}
+
+/* Opens the heap's chunks [from, want) and their per-chunk tables; touches no state of H, so
+ * it may run outside the heap's lock (opening what is open already changes nothing). */
+static bool commit_open(uint32_t from, uint32_t want) {
   for (unsigned s = 0; s < FM_SHADOWS; s++)
     if (fm_pool.st_bias[s] && !commit_entries((const void *)(fm_pool.st_bias[s] + (fm_pool.heap_base >> s)),
-                                              (size_t)1 << (FM_CHUNK_SHIFT - s), H.committed, want, 0))
+                                              (size_t)1 << (FM_CHUNK_SHIFT - s), from, want, 0))
       return false;
-  if (!commit_entries(fm_pool.chunk, sizeof *fm_pool.chunk, H.committed, want, fm_pool.huge_table) ||
-      !commit_entries(H.pages, 1, H.committed / 8, (want + 63) / 8, 0) ||
-      !commit_entries(fm_pool.arenas, FM_ARENA_REC, H.committed / FM_ARENA_CHUNKS, want / FM_ARENA_CHUNKS + 1, 0) ||
-      !os_commit((void *)(fm_pool.heap_base + ((uintptr_t)H.committed << FM_CHUNK_SHIFT)),
-                 (size_t)(want - H.committed) << FM_CHUNK_SHIFT))
-    return false;
+  return commit_entries(fm_pool.chunk, sizeof *fm_pool.chunk, from, want, fm_pool.huge_table) &&
+         commit_entries(H.pages, 1, from / 8, (want + 63) / 8, 0) &&
+         commit_entries(fm_pool.arenas, FM_ARENA_REC, from / FM_ARENA_CHUNKS, want / FM_ARENA_CHUNKS + 1, 0) &&
+         os_commit((void *)(fm_pool.heap_base + ((uintptr_t)from << FM_CHUNK_SHIFT)), (size_t)(want - from) << FM_CHUNK_SHIFT);
+}
+
+static void commit_raise(uint32_t want) {
+  if (want <= H.committed) return;
   H.committed = want;
   __atomic_store_n(&fm_pool.chunks_open, want, __ATOMIC_RELEASE);
+}
+
+static bool commit_to(uint32_t to) {
+  if (!fm_pool.lazy_commit || to <= H.committed) return true;
+  uint32_t want = commit_want(to);
+  if (!commit_open(H.committed, want)) return false;
+  commit_raise(want);
   return true;
+}
+
+/* Called with the heap's lock held, and returns with it released: when top is within a step of
+ * the end of what is open, opens the next step with the lock released (one thread at a time),
+ * so that a thread that takes a span meanwhile neither waits behind the system calls nor makes
+ * them. (A thread that sleeps on this lock is woken onto its waker's CPU, and two threads that
+ * start together then share one CPU for milliseconds.) */
+static void unlock_opening_ahead(void) {
+  uint32_t from = H.committed, want = fm_pool.lazy_commit && from < H.nchunks ? commit_want(from + 1) : from;
+  if (H.opening || want <= from || from - H.top >= want - from) {
+    fm_unlock(&H.lock);
+    return;
+  }
+  H.opening = true;
+  fm_unlock(&H.lock);
+  bool ok = commit_open(from, want);
+  heap_lock();
+  if (ok) commit_raise(want);
+  H.opening = false;
+  fm_unlock(&H.lock);
 }
 
 /* Marks [i, i+len) a run in use of the given kind. */
@@ -646,7 +681,7 @@ static int64_t alloc_kind(uint32_t len, unsigned owner, uint8_t kind) {
   heap_lock();
   int64_t i = take(len, owner, kind);
   if (i >= 0) release_over_budget(len);
-  fm_unlock(&H.lock);
+  unlock_opening_ahead();
   return i;
 }
 
@@ -824,6 +859,7 @@ int span_trim(bool full) {
  * in a prepare handler instead would deadlock against glibc's stdio locks, which fork takes
  * after the prepare handlers. */
 void span_after_fork(void) {
+  H.opening = false;   /* (its thread is gone) */
   if (!fm_lock_held(&H.lock)) return;
   fm_lock_init(&H.lock, true);
   H.quarantine = H.top;

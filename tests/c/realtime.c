@@ -26,6 +26,9 @@
  *              the resident and locked memory (realtime.sh compares them with glibc's run), then
  *              64 MiB of 1 KiB blocks: the writes into them take no page fault (the memory the
  *              heap takes later is locked, so resident, as it is taken).
+ *   ahead      default settings: after a first malloc the heap is open one step beyond the step
+ *              its first span lies in (the mapping holding the block, read and write, reaches
+ *              more than 1 MiB past it), and no further than that (at most 3 MiB past it).
  * Needs SCHED_FIFO (root or CAP_SYS_NICE) for pi: it fails, naming it, without. */
 #include "fmtest.h"
 
@@ -383,6 +386,32 @@ static void mlock_heap(void)
     CHECK(in_writes == 0, "%ld page faults writing blocks handed out after mlockall", in_writes);
 }
 
+/* ---- ahead ---- */
+static void open_ahead(void)
+{
+    char *p = malloc(100);
+    CHECK(p, "malloc(100)");
+    FILE *f = fopen("/proc/self/maps", "r");
+    CHECK(f, "/proc/self/maps: %s", strerror(errno));
+    char line[512], perms[8] = "";
+    unsigned long lo = 0, hi = 0, a, b;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "%lx-%lx %7s", &a, &b, perms) == 3 && a <= (uintptr_t)p && (uintptr_t)p < b) {
+            lo = a, hi = b;
+            break;
+        }
+    fclose(f);
+    CHECK(hi, "no mapping in /proc/self/maps holds the block %p", (void *)p);
+    unsigned long past = hi - (uintptr_t)p;
+    printf("realtime ahead: the mapping %lx-%lx (%s) holding the first block reaches %lu KiB past it\n", lo, hi, perms,
+           past >> 10);
+    CHECK(!strncmp(perms, "rw", 2), "the mapping holding the first block is %s, not read and write", perms);
+    CHECK(past > (1ul << 20) && past <= (3ul << 20),
+          "the heap is open %lu KiB past its first block: expected more than 1 MiB (a step opened ahead) and at "
+          "most 3 MiB (opened as used)", past >> 10);
+    free(p);
+}
+
 int main(int argc, char **argv)
 {
     int skip = fmt_init("realtime", argc, argv);
@@ -392,6 +421,7 @@ int main(int argc, char **argv)
     else if (!strcmp(mode, "pi")) pi(false);
     else if (!strcmp(mode, "pi-control")) pi(true);
     else if (!strcmp(mode, "mlock")) mlock_heap();
-    else FAIL("usage: realtime [--libc] pages|work|pi|pi-control|mlock");
+    else if (!strcmp(mode, "ahead")) open_ahead();
+    else FAIL("usage: realtime [--libc] pages|work|pi|pi-control|mlock|ahead");
     return 0;
 }

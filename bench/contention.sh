@@ -10,19 +10,20 @@
 #   bench/contention.sh --threads "2 400" --reps 5 --ops 1000000 --allocators glibc,flatmalloc
 #   bench/contention.sh --load 2             with two busy processes beside every run (fm_load_start)
 #
-# Medians go to stdout as a table; raw.csv to bench/results/contention-<date>/. Each run has a
-# 40 s limit (a run past it counts as failed and is shown as "-"). --ops is per thread up to 256
-# threads, shared out past that (bench/scale.c). Before and after each run, `scale xcpu` measures
-# how long a cache line takes to go between two CPUs and back (xcpu_ns and xcpu_after_ns in
-# raw.csv): this host has two speeds, about 100 and 400 ns, that change within seconds, and the
-# exchanged rows follow them; a second table gives the medians of the runs at each speed (fast:
-# both under 250 ns; slow: both over; a run with one of each is in neither).
+# Medians go to stdout as a table; raw.csv to bench/results/contention-<date>/ (--out DIR: there
+# instead). Each run has a 40 s limit (a run past it counts as failed and is shown as "-").
+# --ops is per thread up to 256 threads, shared out past that (bench/scale.c). Before and after
+# each run, `scale xcpu` measures how long a cache line takes to go between two CPUs and back
+# (xcpu_ns and xcpu_after_ns in raw.csv): this host has two speeds, about 100 and 400 ns, that
+# change within seconds, and the exchanged rows follow them; a second table gives the medians of
+# the runs at each speed (fast: both under 250 ns; slow: both over; a run with one of each is in
+# neither).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../scripts/lib.sh
 . "$here/../scripts/lib.sh"
 
-threads="1 2 64 300 1000 4000" reps=3 ops=400000 allocs_arg='' load=0
+threads="1 2 64 300 1000 4000" reps=3 ops=400000 allocs_arg='' load=0 out=
 while [ $# -gt 0 ]; do
   case "$1" in
     --threads) threads=$2; shift ;;
@@ -30,6 +31,7 @@ while [ $# -gt 0 ]; do
     --ops) ops=$2; shift ;;
     --allocators) allocs_arg=$2; shift ;;
     --load) load=$2; shift ;;
+    --out) out=$2; shift ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2; exit 2 ;;
     *) echo "contention: unknown option $1" >&2; exit 2 ;;
   esac
@@ -50,7 +52,7 @@ add_alloc flatmalloc "$fm_build/preload/libflatmalloc.so"
 allocs=("${all_allocs[@]}")
 [ -n "$allocs_arg" ] && IFS=, read -r -a allocs <<<"$allocs_arg"
 
-out=$fm_top/bench/results/contention-$(date +%Y%m%d-%H%M%S)
+[ -n "$out" ] || out=$fm_top/bench/results/contention-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
 echo "rep,threads,mode,allocator,mops,rss_kb,hwm_kb,xcpu_ns,xcpu_after_ns" >"$out/raw.csv"
 { uptime; nproc; echo "load: $load busy processes during the runs (--load)"; } >"$out/machine.txt"

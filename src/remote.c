@@ -164,9 +164,25 @@ static bool waiting(const struct fm_tag *t) {
   return remote_behind(t) || atomic_load_explicit(&inbox(t)[head & (fm_pool.inbox_n - 1)].p, memory_order_relaxed);
 }
 
+/* An inbox its holder finds empty goes back to its first slot: both ends move on to the next
+ * multiple of its size (the slots skipped were all taken), so the ring touches as many slots
+ * as wait at once, not all of them (128 KiB a tag) as it goes round. Only when the head is at
+ * least FM_REWIND_AT slots on (one compare-exchange per that many blocks at most): a sender
+ * that reads the old head with the new tail then still finds room for an outbox, and one whose
+ * tail is older than the head it reads reads the tail again (remote_send). An adopter's `end`
+ * is then behind the head: it takes nothing. */
+static void rewind(struct fm_tag *t) {
+  uint32_t mask = fm_pool.inbox_n - 1, head = atomic_load_explicit(&t->head, memory_order_relaxed), tail = head;
+  if ((head & mask) < FM_REWIND_AT || atomic_load_explicit(&t->tail, memory_order_relaxed) != head) return;
+  fm_count(CNT_RMW);
+  if (atomic_compare_exchange_strong_explicit(&t->tail, &tail, (head | mask) + 1, memory_order_relaxed, memory_order_relaxed))
+    atomic_store_explicit(&t->head, (head | mask) + 1, memory_order_release);
+}
+
 uint32_t remote_take(struct fm_tag *t, struct fm_blk *b, uint32_t most) {
   if (!waiting(t) || !taking_claim(t)) return 0;   /* (claimed by an adopter: these blocks are on their way) */
   uint32_t n = take(t, b, most);
+  rewind(t);
   taking_end(t);
   return n;
 }
@@ -299,6 +315,10 @@ void remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n) {
   uint32_t tail = atomic_load_explicit(&owner->tail, memory_order_relaxed);
   for (;;) {
     uint32_t head = atomic_load_explicit(&owner->head, memory_order_acquire);
+    if ((int32_t)(tail - head) < 0) {   /* the taker passed the tail read: read it again */
+      tail = atomic_load_explicit(&owner->tail, memory_order_relaxed);
+      continue;
+    }
     if (tail + n - head > fm_pool.inbox_n) {
       uintptr_t *last = carry(b, n), h = atomic_load_explicit(&owner->remote, memory_order_relaxed);
       uintptr_t last_mask = word_mask(carrier_key(last), 0);

@@ -238,6 +238,7 @@
 #define FM_OUTBOX 32u                /* another thread's blocks a thread gathers before one send */
 #define FM_AHEAD 8u                  /* a take fetches the state of the inbox slot this many on */
 #define FM_INBOX_MAX 8192u           /* blocks other threads freed that wait in a tag's inbox, at most */
+#define FM_REWIND_AT 256u            /* an empty inbox goes back to its first slot once its head is this far on */
 #define FM_ADOPT_AT 256u             /* a refill takes the blocks waiting for another tag once this many wait */
 
 /* ---- do not modify ----------------------------------------------------------------------- */
@@ -272,6 +273,7 @@ _Static_assert(FM_SPAN_BLOCKS / 64 / 8 <= 8, "the free-group summary fits in 64 
 _Static_assert(ST_OWNED + FM_TAGS <= ST_NONE, "every tag has a LIVE value of its own");
 _Static_assert((FM_SHARDS_MAX & (FM_SHARDS_MAX - 1)) == 0, "shards are a power of two");
 _Static_assert((FM_INBOX_MAX & (FM_INBOX_MAX - 1)) == 0 && FM_INBOX_MAX >= FM_OUTBOX, "an inbox is a ring that takes an outbox");
+_Static_assert(FM_REWIND_AT >= FM_OUTBOX, "after a rewind a sender that read the old head finds room for an outbox");
 _Static_assert((FM_ALIGN & (FM_ALIGN - 1)) == 0, "alignment is a power of two");
 _Static_assert((FM_POOL_MAX >> FM_CHUNK_SHIFT) < UINT32_MAX, "chunk indexes + 1 fit 32 bits");
 

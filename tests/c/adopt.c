@@ -6,6 +6,10 @@
  *   behind    thread O allocates 2,000 blocks of 2 KiB and waits; thread R frees them all, then
  *             allocates 2,000 of 2 KiB: while O waits, R's refills take O's blocks (at least
  *             half of R's blocks are O's old ones)
+ *   rewind    this thread (O, holding a tag) allocates 192 blocks of 2 KiB, thread R checks and
+ *             frees them, 521 times: the 100,032 blocks pass through O's inbox, whose ring goes
+ *             back to its first slot whenever O finds it empty, so at most 4 of its pages are
+ *             resident (all of them when the ring goes round). Run first: O's tag is new
  *   stopped   O frees block b of 700 of its blocks while R frees b too: O's store of b's state
  *             faults (the page holding the state made read-only; the handler makes it writable
  *             again), and in the handler, between O's load and its store, R frees the other
@@ -20,7 +24,7 @@
  * thread frees then, so neither case can be staged there; owner-race-checking-mode covers
  * checking mode's racing frees.
  *
- *   adopt [behind | stopped [N]] */
+ *   adopt [rewind | behind | stopped [N]] */
 #include "fmtest.h"
 
 #include <flatmalloc.h>
@@ -77,6 +81,56 @@ static void case_behind(void)
         flatmalloc_free(rb[i]);
     printf("ok  behind: %d of %d blocks a waiting owner's, freed by another thread, were that thread's again\n", reused,
            NB);
+}
+
+/* ---- rewind ----------------------------------------------------------------------------- */
+#define NR 192   /* whole outboxes: R sends them all without a refill of its own */
+#define ROUNDS 521
+static void *rw[NR];
+
+static void *rewind_remote(void *arg)
+{
+    for (int r = 0; r < ROUNDS; r++) {
+        pthread_barrier_wait(&step);   /* O allocated round r */
+        for (int i = 0; i < NR; i++) {
+            CHECK(*(uint64_t *)rw[i] == ((uint64_t)r << 32 | (uint64_t)i), "round %d, block %d: contents changed", r, i);
+            flatmalloc_free(rw[i]);
+        }
+        pthread_barrier_wait(&step);   /* R freed them */
+    }
+    return arg;
+}
+
+static void case_rewind(void)
+{
+    flatmalloc_free(flatmalloc_malloc(SIZE));   /* O's cache and tag */
+    struct fm_tag *t = fm_tc->t;
+    CHECK(t, "this thread holds no tag");
+    uint32_t tail0 = atomic_load(&t->tail);
+    pthread_barrier_init(&step, NULL, 2);
+    pthread_t r;
+    CHECK(pthread_create(&r, NULL, rewind_remote, NULL) == 0, "pthread_create");
+    for (int k = 0; k < ROUNDS; k++) {
+        for (int i = 0; i < NR; i++) {
+            CHECK(rw[i] = flatmalloc_malloc(SIZE), "malloc");
+            *(uint64_t *)rw[i] = (uint64_t)k << 32 | (uint64_t)i;
+        }
+        pthread_barrier_wait(&step);
+        pthread_barrier_wait(&step);
+    }
+    pthread_join(r, NULL);
+    uint32_t sent = atomic_load(&t->tail) - tail0;
+    CHECK(sent >= NR * ROUNDS, "%u blocks reached the inbox, %d were freed by R", sent, NR * ROUNDS);
+    size_t page = 4096, bytes = (size_t)fm_pool.inbox_n * sizeof(struct fm_slot), pages = bytes / page, resident = 0;
+    unsigned char vec[bytes / page];
+    void *box = fm_pool.inbox + (size_t)(t - fm_pool.tags) * fm_pool.inbox_n;
+    CHECK(mincore(box, bytes, vec) == 0, "mincore: %s", strerror(errno));
+    for (size_t i = 0; i < pages; i++)
+        resident += vec[i] & 1;
+    CHECK(resident <= 4, "%zu of the inbox's %zu pages are resident after %d blocks passed through it in rounds of %d",
+          resident, pages, NR * ROUNDS, NR);
+    printf("ok  rewind: %d blocks through the inbox in rounds of %d, %zu of its %zu pages resident\n", NR * ROUNDS, NR,
+           resident, pages);
 }
 
 /* ---- stopped ---------------------------------------------------------------------------- */
@@ -171,6 +225,8 @@ int main(int argc, char **argv)
 {
     int a = 1;
     const char *only = argc > a ? argv[a] : NULL;
+    if (!only || !strcmp(only, "rewind"))
+        case_rewind();
     if (!only || !strcmp(only, "behind"))
         case_behind();
     if (!only || !strcmp(only, "stopped"))

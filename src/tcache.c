@@ -271,23 +271,30 @@ static noinline void outbox_flush(struct fm_tcache *tc) {
   remote_send(tc->out_to, tc->out, n);
 }
 
+static void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st);
+
+/* remote_free's other cases: no cache (the block is sent alone), or an outbox that holds
+ * another owner's blocks (sent first). */
+static noinline void remote_free_other(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st) {
+  if (tc == &fm_tc_empty) return remote_send(owner, &(struct fm_blk){(void *)remote_entry(p, c), st}, 1);
+  outbox_flush(tc);
+  remote_free(tc, owner, p, c, st);
+}
+
 /* REMOTE block p of owner's goes home: into tc's outbox, which is sent in one step when it is
  * full, holds another owner's blocks, or tc refills, flushes statistics or exits (so a thread
- * holds at most FM_OUTBOX blocks of others). */
+ * holds at most FM_OUTBOX blocks of others). Every way out is a tail call: no register to save. */
 static noinline void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st) {
-  if (tc == &fm_tc_empty) {
-    remote_send(owner, &(struct fm_blk){(void *)remote_entry(p, c), st}, 1);
-    return;
-  }
-  if (tc->out_n && tc->out_to != owner) outbox_flush(tc);
+  uint32_t n = tc->out_n;
+  if (unlikely(tc == &fm_tc_empty || (n && tc->out_to != owner))) return remote_free_other(tc, owner, p, c, st);
   tc->out_to = owner;
   /* field by field: a pair built on the stack and copied whole is read back before its two
    * stores can be forwarded (a stall of most of this function's time, in perf) */
-  struct fm_blk *b = &tc->out[tc->out_n++];
-  b->p = (void *)remote_entry(p, c);
-  b->st = st;
-  if (tc->out_n == FM_OUTBOX) outbox_flush(tc);
-  if (tc->moved) work_note(tc);
+  tc->out[n].p = (void *)remote_entry(p, c);
+  tc->out[n].st = st;
+  tc->out_n = n + 1;
+  if (n + 1 == FM_OUTBOX) return outbox_flush(tc);   /* (its blocks are counted at the next call) */
+  if (tc->moved) return work_note(tc);
 }
 
 /* ---- caches in and out ------------------------------------------------------------------- */

@@ -106,6 +106,7 @@ live_backend() {
   local dir=$1 want=$2 fd
   bpid=
   mkfifo "$dir/session.in"
+  : >"$dir/session.out"   # (psql's redirect opens it only after the fifo: head below must find it)
   timeout 60 "$PGBIN/psql" -X -At -h "$dir" -p "$port" -U postgres -d postgres \
     <"$dir/session.in" >"$dir/session.out" 2>&1 &
   session_pid=$!

@@ -141,16 +141,21 @@ hidden void class_stats(unsigned c, struct class_stats *s);
 hidden int class_check(unsigned c);
 
 /* remote.c: blocks freed for another tag's holder, on their way home. Its entries (struct
- * fm_blk, as inbox slots hold them) carry the block's class in the address's top bits. */
+ * fm_blk, as inbox slots hold them) list a run of blocks, each the next of its span after
+ * the one before and its state the next byte: the first block's address and state, with the
+ * class and the run's length in the address's top bits (an entry made by remote_entry is a
+ * run of one). */
 static inline uintptr_t remote_entry(const void *p, unsigned c) { return (uintptr_t)p | (uintptr_t)(c + 1) << FM_SLOT_CLASS; }
-static inline void *remote_block(uintptr_t v) { return (void *)(v & (((uintptr_t)1 << FM_SLOT_CLASS) - 1)); }
+static inline void *remote_block(uintptr_t v) { return (void *)(v & (((uintptr_t)1 << FM_SLOT_RUN) - 1)); }
 static inline unsigned remote_class(uintptr_t v) { return (unsigned)(v >> FM_SLOT_CLASS) - 1u; }
+static inline uint32_t remote_run(uintptr_t v) { return (uint32_t)(v >> FM_SLOT_RUN & 0xff) + 1u; }
 hidden void remote_setup(void);
 hidden void remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n);
-hidden uint32_t remote_take(struct fm_tag *t, struct fm_blk *b, uint32_t most);   /* t's holder: CACHED into b */
+/* up to `most` blocks as runs (CACHED) into b; return the runs */
+hidden uint32_t remote_take(struct fm_tag *t, struct fm_blk *b, uint32_t most);   /* t's holder */
 struct remote_adoption { struct fm_tag *t; uint32_t end; };   /* not t's holder: */
 hidden bool remote_adopt_begin(struct fm_tag *t, struct remote_adoption *a);
-hidden uint32_t remote_adopt_take(struct remote_adoption *a, struct fm_blk *b, uint32_t most);   /* CACHED into b */
+hidden uint32_t remote_adopt_take(struct remote_adoption *a, struct fm_blk *b, uint32_t most);
 hidden bool remote_behind(const struct fm_tag *t);   /* blocks wait on t's remote stack */
 hidden void remote_orphans(struct fm_tag *t);
 hidden bool remote_hold(struct fm_tag *t, struct fm_tcache *tc);

@@ -14,14 +14,15 @@
 #include "os.h"
 
 /* ---- slots and carriers ------------------------------------------------------------------ */
-/* A block another thread freed waits in its tag's inbox, a ring of slots (the block's address
- * and class, its state's address): a sender reserves slots by moving the tail (one
+/* A block another thread freed waits in its tag's inbox, a ring of slots (a run of blocks, each
+ * the next of its span after the one before: the first's address, the class and the length,
+ * the first's state's address): a sender reserves slots by moving the tail (one
  * compare-exchange for a whole outbox) and writes them; a taker takes them from the head, in
  * order, and stops at a slot reserved but not yet written (its sender, once it has written it,
  * looks whether the tag still has a holder: remote_send). A slot is zeroed when taken, before
  * the head passes it, so a reservation always finds its slots empty. When the inbox is full
- * an outbox goes on the tag's remote stack as a chain of carriers: a carrier is one of its
- * blocks whose words (up to FM_OUTBOX, at most the block's size) hold the link to the next
+ * an outbox's blocks go on the tag's remote stack as a chain of carriers: a carrier is one of
+ * its blocks whose words (up to FM_OUTBOX, at most the block's size) hold the link to the next
  * carrier, then the addresses of the blocks after it in the outbox, ended by LINK_END when
  * they stop short of its last word. Only the carriers are written and read (one block in 8 of
  * 64 B, one in 32 from 256 B): the others stay in the cache of the thread that last wrote
@@ -77,24 +78,42 @@ static bool taking_claim(struct fm_tag *t) {
 }
 static void taking_end(struct fm_tag *t) { atomic_store(&t->taking, 0); }
 
-/* Takes up to `most` blocks of tag t's inbox into b, from the head up to slot `end`, stopping
- * before the block whose state is at `busy` (an adoption); returns how many. The states of
- * the blocks FM_AHEAD slots on are fetched meanwhile: their lines are most likely in the
- * sender's cache, and each would otherwise be waited for in turn. */
-static uint32_t inbox_take(struct fm_tag *t, struct fm_blk *b, uint32_t most, uint32_t end, const fm_st *busy) {
+/* Takes up to `most` blocks of tag t's inbox into b as runs (CACHED), from the head up to slot
+ * `end`, stopping before the slot whose run holds the block whose state is at `busy` (an
+ * adoption); returns the runs, and the blocks in *got. A run longer than the room left is
+ * taken in part: the slot keeps the rest. The states of the blocks FM_AHEAD slots on are
+ * fetched meanwhile: their lines are most likely in the sender's cache, and each would
+ * otherwise be waited for in turn. */
+static uint32_t inbox_take(struct fm_tag *t, struct fm_blk *b, uint32_t most, uint32_t end, const fm_st *busy, uint32_t *got) {
   struct fm_slot *box = inbox(t);
-  uint32_t mask = fm_pool.inbox_n - 1, head = atomic_load_explicit(&t->head, memory_order_relaxed), n = 0;
-  for (; n < most && head != end; head++) {
+  uint32_t mask = fm_pool.inbox_n - 1, head = atomic_load_explicit(&t->head, memory_order_relaxed), n = 0, blocks = 0;
+  for (; blocks < most && head != end; head++) {
     struct fm_slot *slot = &box[head & mask];
     uintptr_t v = atomic_load_explicit(&slot->p, memory_order_acquire);
     if (!v) break;
-    if (v != INBOX_HOLE && slot->st == busy) break;
-    atomic_store_explicit(&slot->p, 0, memory_order_relaxed);
-    if (v == INBOX_HOLE) continue;
+    if (v == INBOX_HOLE) {
+      atomic_store_explicit(&slot->p, 0, memory_order_relaxed);
+      continue;
+    }
+    fm_st *st = slot->st;
+    uint32_t run = remote_run(v), k = run < most - blocks ? run : most - blocks;
+    if ((uintptr_t)busy - (uintptr_t)st < run) break;
     __builtin_prefetch(__atomic_load_n(&box[(head + FM_AHEAD) & mask].st, __ATOMIC_RELAXED), 1);   /* a hint: 0 or stale is harmless */
-    home(&b[n++], remote_block(v), (int)remote_class(v), slot->st);
+    for (uint32_t i = 0; i < k; i++) {
+      if (st_load(st + i) != ST_REMOTE) fault_stop("double free (by two threads at once)", (char *)remote_block(v) + (size_t)i * fm_pool.cls[remote_class(v)].size, (int)remote_class(v));
+      st_store(st + i, ST_CACHED);
+    }
+    b[n++] = (struct fm_blk){(void *)(v - ((uintptr_t)(run - k) << FM_SLOT_RUN)), st};
+    blocks += k;
+    if (k < run) {   /* the rest stays for the next take */
+      slot->st = st + k;
+      atomic_store_explicit(&slot->p, v + k * fm_pool.cls[remote_class(v)].size - ((uintptr_t)k << FM_SLOT_RUN), memory_order_relaxed);
+      break;
+    }
+    atomic_store_explicit(&slot->p, 0, memory_order_relaxed);
   }
   atomic_store_explicit(&t->head, head, memory_order_release);
+  *got = blocks;
   return n;
 }
 
@@ -148,10 +167,11 @@ static uint32_t stack_take(struct fm_tag *t, struct fm_blk *b, uint32_t most) {
   return n;
 }
 
-/* Inbox first, then the stack. */
+/* Inbox first, then the stack: up to `most` blocks into b as runs (the stack's of one);
+ * returns the runs. */
 static uint32_t take(struct fm_tag *t, struct fm_blk *b, uint32_t most) {
-  uint32_t n = inbox_take(t, b, most, atomic_load_explicit(&t->tail, memory_order_relaxed), NULL);
-  if (n < most) n += stack_take(t, b + n, most - n);
+  uint32_t got, n = inbox_take(t, b, most, atomic_load_explicit(&t->tail, memory_order_relaxed), NULL, &got);
+  if (got < most) n += stack_take(t, b + n, most - got);
   return n;
 }
 
@@ -187,17 +207,37 @@ uint32_t remote_take(struct fm_tag *t, struct fm_blk *b, uint32_t most) {
   return n;
 }
 
-/* Gives n blocks b[] of a tag no thread holds (CACHED, as inbox slots hold them) back to their
- * spans, a run of one class at a time. */
+/* The blocks of the n runs e[] (an outbox's: FM_OUTBOX blocks at most) one by one into b;
+ * returns how many. */
+static uint32_t runs_apart(const struct fm_blk *e, uint32_t n, struct fm_blk *b) {
+  uint32_t m = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uintptr_t v = (uintptr_t)e[i].p, p = (uintptr_t)remote_block(v);
+    unsigned c = remote_class(v);
+    for (uint32_t k = 0; k < remote_run(v); k++) b[m++] = (struct fm_blk){(void *)remote_entry((void *)(p + k * fm_pool.cls[c].size), c), e[i].st + k};
+  }
+  return m;
+}
+
+/* Gives the n runs b[] of a tag no thread holds (CACHED, as inbox slots hold them) back to
+ * their spans, up to FM_OUTBOX blocks of one class at a time. */
 static void give_all(const struct fm_blk *b, uint32_t n) {
   struct fm_blk run[FM_OUTBOX];
-  for (uint32_t i = 0, k = 0; i < n; i = k) {
-    unsigned c = remote_class((uintptr_t)b[i].p);
-    uint32_t m = 0;
-    for (k = i; k < n && m < FM_OUTBOX && remote_class((uintptr_t)b[k].p) == c; k++, m++)
-      run[m] = (struct fm_blk){remote_block((uintptr_t)b[k].p), b[k].st};
-    class_home(c, run, m);
+  uint32_t m = 0;
+  unsigned cur = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uintptr_t v = (uintptr_t)b[i].p;
+    unsigned c = remote_class(v);
+    for (uint32_t k = 0; k < remote_run(v); k++) {
+      if (m && (m == FM_OUTBOX || c != cur)) {
+        class_home(cur, run, m);
+        m = 0;
+      }
+      cur = c;
+      run[m++] = (struct fm_blk){(char *)remote_block(v) + (size_t)k * fm_pool.cls[c].size, b[i].st + k};
+    }
   }
+  if (m) class_home(cur, run, m);
 }
 
 /* A tag no thread holds has no holder to take its blocks home: whoever finds blocks there
@@ -241,8 +281,8 @@ void remote_setup(void) {
 }
 
 /* Starts taking the blocks that wait for tag t, not being its holder (up to FM_COLLECT_BEHIND of
- * them, as a refill takes): when t's holder has fallen behind (at least FM_ADOPT_AT written
- * slots wait), the slots written now, after a barrier (above). False (nothing started) when it
+ * them, as a refill takes): when t's holder has fallen behind (at least FM_ADOPT_AT blocks wait
+ * in written slots), the slots written now, after a barrier (above). False (nothing started) when it
  * has not, t has no holder, another thread takes its blocks now, or the barrier fails. No
  * `taking` is held across the barrier, nor between the takes: a thread preempted there would
  * keep t's holder from its blocks while senders push them on the stack. The slots seen written
@@ -250,14 +290,15 @@ void remote_setup(void) {
  * and a take starts at the head of its time. */
 bool remote_adopt_begin(struct fm_tag *t, struct remote_adoption *a) {
   uint32_t mask = fm_pool.inbox_n - 1, at = fm_pool.inbox_n / 2 < FM_ADOPT_AT ? fm_pool.inbox_n / 2 : FM_ADOPT_AT;
-  uint32_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
-  if (!__atomic_load_n(&barrier_ok, __ATOMIC_RELAXED) || atomic_load_explicit(&t->tail, memory_order_relaxed) - head < at ||
-      !atomic_load_explicit(&inbox(t)[(head + at - 1) & mask].p, memory_order_relaxed) ||
+  uint32_t head = atomic_load_explicit(&t->head, memory_order_relaxed), slots = (at + FM_OUTBOX - 1) / FM_OUTBOX;   /* (a slot lists FM_OUTBOX blocks at most) */
+  if (!__atomic_load_n(&barrier_ok, __ATOMIC_RELAXED) || atomic_load_explicit(&t->tail, memory_order_relaxed) - head < slots ||
+      !atomic_load_explicit(&inbox(t)[(head + slots - 1) & mask].p, memory_order_relaxed) ||
       atomic_load_explicit(&t->taking, memory_order_relaxed) || !atomic_load_explicit(&t->live, memory_order_relaxed))
     return false;   /* (another thread takes them now; no holder: they go to their spans) */
-  uint32_t end = head, most = fm_pool.inbox_n < FM_COLLECT_BEHIND ? fm_pool.inbox_n : FM_COLLECT_BEHIND;
-  while (end - head < most && atomic_load_explicit(&inbox(t)[end & mask].p, memory_order_acquire)) end++;
-  if (end - head < at) return false;
+  uint32_t end = head, blocks = 0, most = fm_pool.inbox_n < FM_COLLECT_BEHIND ? fm_pool.inbox_n : FM_COLLECT_BEHIND;
+  for (uintptr_t v; blocks < most && (v = atomic_load_explicit(&inbox(t)[end & mask].p, memory_order_acquire)); end++)
+    if (v != INBOX_HOLE) blocks += remote_run(v);
+  if (blocks < at) return false;
   if (!os_membarrier(false)) {
     __atomic_store_n(&barrier_ok, false, __ATOMIC_RELAXED);   /* (a fork child the kernel did not register: holders take their own) */
     return false;
@@ -274,13 +315,13 @@ uint32_t remote_adopt_take(struct remote_adoption *a, struct fm_blk *b, uint32_t
   if (!taking_claim(t)) return 0;
   struct fm_tcache *h = t->holder;
   uint32_t head = atomic_load_explicit(&t->head, memory_order_relaxed);
-  uint32_t n = h && (int32_t)(a->end - head) > 0 ? inbox_take(t, b, most, a->end, __atomic_load_n(&h->busy, __ATOMIC_ACQUIRE)) : 0;
+  uint32_t got, n = h && (int32_t)(a->end - head) > 0 ? inbox_take(t, b, most, a->end, __atomic_load_n(&h->busy, __ATOMIC_ACQUIRE), &got) : 0;
   taking_end(t);
   return n;
 }
 
 /* ---- sending ---------------------------------------------------------------------------- */
-/* Writes the n blocks b[] (as inbox slots hold them) as a chain of carriers, b[0] the first;
+/* Writes the n blocks b[] (runs of one, as inbox slots hold them) as a chain of carriers, b[0] the first;
  * returns the last, whose link the caller writes. */
 static uintptr_t *carry(const struct fm_blk *b, uint32_t n) {
   uintptr_t *w = NULL;
@@ -298,14 +339,17 @@ static uintptr_t *carry(const struct fm_blk *b, uint32_t n) {
   return w;
 }
 
-/* Sends n REMOTE blocks b[] (as inbox slots hold them) to owner's inbox, or, when it has no
- * room for them, pushes them on its remote stack as one chain of carriers. A tag no thread
+/* Sends the n runs b[] of REMOTE blocks (an outbox's entries, as inbox slots hold them) to
+ * owner's inbox, or, when it has no room for them, pushes their blocks on its remote stack as
+ * one chain of carriers. A tag no thread
  * holds gets nothing: the blocks, and what waits there, go back to their spans. */
 void remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n) {
   if (!atomic_load(&owner->live) && taking_claim(owner)) {
     if (!atomic_load(&owner->live)) {   /* (remote_hold waits for `taking`: no holder comes meanwhile) */
-      for (uint32_t i = 0; i < n; i++) home(&b[i], remote_block((uintptr_t)b[i].p), (int)remote_class((uintptr_t)b[i].p), b[i].st);
-      give_all(b, n);
+      struct fm_blk one[FM_OUTBOX];
+      uint32_t m = runs_apart(b, n, one);
+      for (uint32_t i = 0; i < m; i++) home(&one[i], remote_block((uintptr_t)one[i].p), (int)remote_class((uintptr_t)one[i].p), one[i].st);
+      give_all(one, m);
       taking_end(owner);
       remote_orphans(owner);
       return;
@@ -320,12 +364,13 @@ void remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n) {
       continue;
     }
     if (tail + n - head > fm_pool.inbox_n) {
-      uintptr_t *last = carry(b, n), h = atomic_load_explicit(&owner->remote, memory_order_relaxed);
+      struct fm_blk one[FM_OUTBOX];   /* (carriers list blocks one by one) */
+      uintptr_t *last = carry(one, runs_apart(b, n, one)), h = atomic_load_explicit(&owner->remote, memory_order_relaxed);
       uintptr_t last_mask = word_mask(carrier_key(last), 0);
       do {
         fm_count(CNT_RMW);
         *last = (h ? h : LINK_END) ^ last_mask;
-      } while (!atomic_compare_exchange_weak(&owner->remote, &h, (uintptr_t)remote_block((uintptr_t)b[0].p)));
+      } while (!atomic_compare_exchange_weak(&owner->remote, &h, (uintptr_t)remote_block((uintptr_t)one[0].p)));
       break;
     }
     fm_count(CNT_RMW);

@@ -226,19 +226,35 @@ static void work_note(struct fm_tcache *tc) {
 /* ---- blocks other threads freed, home (remote.c) ------------------------------------------ */
 static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st);
 
-/* Blocks b[0..n) (CACHED, as remote.c's entries hold them) go into to's caches; in the
- * real-time profile a full bin's go to the class instead (no flush inside a refill). Each
- * block's first line is fetched for writing meanwhile: the mallocs after the refill hand these
- * blocks out next, and a program that writes a block it gets (xmalloc-test's memset) would
- * otherwise wait for each line in turn, as nothing of ours reads the block before it does. */
-static void home_all(struct fm_tcache *to, const struct fm_blk *b, uint32_t n) {
+/* The runs b[0..n) (CACHED, as remote.c's entries hold them) go into to's caches; in the
+ * real-time profile a full bin's blocks go to the class instead (no flush inside a refill).
+ * Returns the blocks. Each block's first line is fetched for writing meanwhile: the mallocs
+ * after the refill hand these blocks out next, and a program that writes a block it gets
+ * (xmalloc-test's memset) would otherwise wait for each line in turn, as nothing of ours reads
+ * the block before it does. */
+static uint32_t home_all(struct fm_tcache *to, const struct fm_blk *b, uint32_t n) {
+  uint32_t moved = 0;
   for (uint32_t i = 0; i < n; i++) {
-    void *p = remote_block((uintptr_t)b[i].p);
-    unsigned c = remote_class((uintptr_t)b[i].p);
-    __builtin_prefetch(p, 1);
-    if (fm_pool.realtime && to->top[c + 1] >= to->lim[c + 1]) class_give(c, shard_now(to), &(struct fm_blk){p, b[i].st}, 1);
-    else put(to, p, c, b[i].st);
+    uintptr_t v = (uintptr_t)b[i].p;
+    char *p = remote_block(v);
+    unsigned c = remote_class(v);
+    uint32_t run = remote_run(v), size = fm_pool.cls[c].size;
+    fm_st *st = b[i].st;
+    struct fm_blk *top = to->top[c + 1];
+    uint32_t k = 0, fits = top < to->lim[c + 1] ? (uint32_t)(to->lim[c + 1] - top) : 0;   /* (no cache: lim == top == NULL) */
+    moved += run;
+    for (; k < run && k < fits; k++, p += size) {
+      __builtin_prefetch(p, 1);
+      top[k] = (struct fm_blk){p, st + k};
+    }
+    to->top[c + 1] = top + k;
+    for (; k < run; k++, p += size) {   /* the bin is full */
+      __builtin_prefetch(p, 1);
+      if (fm_pool.realtime) class_give(c, shard_now(to), &(struct fm_blk){p, st + k}, 1);
+      else put(to, p, c, st + k);
+    }
   }
+  return moved;
 }
 
 /* The blocks waiting for tag t, whose holder has fallen behind (remote.c), into tc's caches. */
@@ -246,10 +262,7 @@ static void adopt(struct fm_tcache *tc, struct fm_tag *t) {
   struct remote_adoption a;
   if (!remote_adopt_begin(t, &a)) return;
   struct fm_blk b[FM_OUTBOX];
-  for (uint32_t n; (n = remote_adopt_take(&a, b, FM_OUTBOX));) {
-    home_all(tc, b, n);
-    tc->moved += n;
-  }
+  for (uint32_t n; (n = remote_adopt_take(&a, b, FM_OUTBOX));) tc->moved += home_all(tc, b, n);
 }
 
 /* Takes up to `most` blocks of tc's own tag home (inbox first, then its remote stack). */
@@ -258,7 +271,7 @@ static void remote_collect(struct fm_tcache *tc, uint32_t most) {
   for (uint32_t n, left = most; left; left -= n) {
     n = remote_take(tc->t, b, left < FM_OUTBOX ? left : FM_OUTBOX);
     if (!n) break;
-    home_all(tc, b, n);
+    n = home_all(tc, b, n);
     tc->moved += n;
   }
 }
@@ -266,8 +279,8 @@ static void remote_collect(struct fm_tcache *tc, uint32_t most) {
 static noinline void outbox_flush(struct fm_tcache *tc) {
   if (!tc->out_n) return;
   uint32_t n = tc->out_n;
-  tc->moved += n;
-  tc->out_n = 0;
+  tc->moved += tc->out_k;
+  tc->out_n = tc->out_k = 0;
   remote_send(tc->out_to, tc->out, n);
 }
 
@@ -281,19 +294,41 @@ static noinline void remote_free_other(struct fm_tcache *tc, struct fm_tag *owne
   remote_free(tc, owner, p, c, st);
 }
 
-/* REMOTE block p of owner's goes home: into tc's outbox, which is sent in one step when it is
- * full, holds another owner's blocks, or tc refills, flushes statistics or exits (so a thread
- * holds at most FM_OUTBOX blocks of others). Every way out is a tail call: no register to save. */
+/* REMOTE block p of owner's goes home: into tc's outbox, which is sent in one step when it
+ * holds FM_OUTBOX blocks or another owner's, or tc refills, flushes statistics or exits (so a
+ * thread holds at most FM_OUTBOX blocks of others). A block next to the last entry's run, of
+ * its class, the one after its end or before its start (its address and its state's the next
+ * after or before), lengthens the run: a thread that frees blocks in the order they were
+ * handed out (or the reverse) sends one entry for many, and their holder reads one slot. Every
+ * way out is a tail call: no register to save. */
 static noinline void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st) {
   uint32_t n = tc->out_n;
   if (unlikely(tc == &fm_tc_empty || (n && tc->out_to != owner))) return remote_free_other(tc, owner, p, c, st);
   tc->out_to = owner;
-  /* field by field: a pair built on the stack and copied whole is read back before its two
-   * stores can be forwarded (a stall of most of this function's time, in perf) */
-  tc->out[n].p = (void *)remote_entry(p, c);
-  tc->out[n].st = st;
-  tc->out_n = n + 1;
-  if (n + 1 == FM_OUTBOX) return outbox_flush(tc);   /* (its blocks are counted at the next call) */
+  uintptr_t v = remote_entry(p, c), run1 = (uintptr_t)1 << FM_SLOT_RUN;
+  if (n && v == tc->out_up && (uintptr_t)st == tc->out_up_st) {
+    tc->out[n - 1].p = (void *)((uintptr_t)tc->out[n - 1].p + run1);
+    tc->out_up += tc->out_size;
+    tc->out_up_st++;
+  } else if (n && v == tc->out_down && (uintptr_t)st == tc->out_down_st) {
+    tc->out[n - 1].p = (void *)(v + ((uintptr_t)tc->out[n - 1].p & ((uintptr_t)0xff << FM_SLOT_RUN)) + run1);
+    tc->out[n - 1].st = st;
+    tc->out_down -= tc->out_size;
+    tc->out_down_st--;
+  } else {
+    uintptr_t size = fm_pool.cls[c].size;
+    /* field by field: a pair built on the stack and copied whole is read back before its two
+     * stores can be forwarded (a stall of most of this function's time, in perf) */
+    tc->out[n].p = (void *)v;
+    tc->out[n].st = st;
+    tc->out_n = n + 1;
+    tc->out_size = size;
+    tc->out_up = v + size;
+    tc->out_down = v - size;
+    tc->out_up_st = (uintptr_t)st + 1;
+    tc->out_down_st = (uintptr_t)st - 1;
+  }
+  if (++tc->out_k == FM_OUTBOX) return outbox_flush(tc);   /* (its blocks are counted at the next call) */
   if (tc->moved) return work_note(tc);
 }
 

@@ -101,15 +101,16 @@
  * store: free() of its own block (LIVE -> CACHED) and malloc() (CACHED -> its LIVE), no atomic
  * step on the hot pair. Any other thread frees it with one compare-exchange LIVE -> REMOTE and
  * adds it to its outbox, which goes to the tag's inbox in one step (full, another tag's block,
- * or the freeing thread's refill or exit): a ring of slots (address, class, state's address; up
- * to FM_INBOX_MAX, by the pool's size), so a taker takes them without reading or looking up the
- * blocks; only when the ring is full do they wait on a stack linked through the blocks. The
+ * or the freeing thread's refill or exit): a ring of slots (a run of blocks that follow each
+ * other in their span: the first's address, the class and the length, the first's state's
+ * address; up to FM_INBOX_MAX, by the pool's size), so a taker takes them without reading or
+ * looking up the blocks; only when the ring is full do they wait on a stack linked through the blocks. The
  * holder takes up to FM_COLLECT blocks home at each refill (FM_COLLECT_BEHIND while blocks wait
  * on the stack), and a block whose state is no longer REMOTE there was freed twice (two threads
  * at once: the holder's plain store overwrote the exchange) and stops the program before the
  * block is handed out again. A holder off its CPU does not hold its blocks back: a thread that
  * refills while FM_ADOPT_AT blocks wait for the tag it last sent to takes them into its own
- * cache (FM_COLLECT_BEHIND at most), after a membarrier, stopping at the block whose state the
+ * cache (FM_COLLECT_BEHIND at most), after a membarrier, stopping at the run that holds the block whose state the
  * holder publishes as the one it is freeing (fm_tcache.busy, one plain store on free's fast
  * path): a free of the holder's that loaded the state before the barrier has published it
  * (the adopter stops there) or stored CACHED (the adopter finds the state not REMOTE and stops
@@ -294,13 +295,16 @@ struct fm_blk {
   fm_st *st;
 };
 
-/* A slot of an inbox: a block another thread freed, its class and its state's address, so its
- * owner takes it home without looking it up. p 0: empty, or reserved and not yet written. */
+/* A slot of an inbox: a run of blocks another thread freed (one or more, each the next of its
+ * span after the one before), their class and the first one's state's address, so its owner
+ * takes them home without looking them up. p 0: empty, or reserved and not yet written. */
 struct fm_slot {
-  _Atomic uintptr_t p;   /* the block's address | (class + 1) << FM_SLOT_CLASS */
+  _Atomic uintptr_t p;   /* the first block's address | (length - 1) << FM_SLOT_RUN | (class + 1) << FM_SLOT_CLASS */
   fm_st *st;
 };
-#define FM_SLOT_CLASS 56u   /* addresses of user space stay below 2^56 */
+#define FM_SLOT_RUN 48u     /* the pool is mapped with no hint: Linux gives user space below 2^47 (x86-64) or 2^48 (arm64) */
+#define FM_SLOT_CLASS 56u
+_Static_assert(FM_OUTBOX <= 256, "a run's length fits the slot's 8 bits");
 
 /* Arenas (arena.c): a record of the arena's state per FM_ARENA_CHUNKS chunks of the heap, in the
  * meta area (fm_pool.arenas); an arena's first slab, at least FM_ARENA_CHUNKS chunks, picks it. */
@@ -350,7 +354,11 @@ struct fm_tcache {
   bool taking;           /* a refill is under way: the frees it makes are part of its work */
   struct fm_tcache *next, *prev;   /* the list of caches */
   struct fm_tag *out_to;      /* outbox: blocks of tag out_to freed here (as inbox slots hold them), sent in one step */
-  uint32_t out_n;
+  uint32_t out_n;             /* its entries (runs) */
+  uint32_t out_k;             /* and blocks: FM_OUTBOX at most */
+  uintptr_t out_up, out_down;     /* the entries (remote_entry) of the blocks after and before the last run */
+  uintptr_t out_up_st, out_down_st;   /* and their states' addresses */
+  uintptr_t out_size;         /* the last run's block size */
   struct fm_blk out[FM_OUTBOX];
   struct fm_blk *top[FM_BINS];
   struct fm_blk *lim[FM_BINS];

@@ -1,9 +1,10 @@
 /* links: a block another thread freed waits for its owner in the owner's inbox (a ring of
- * FM_INBOX addresses below the heap) or, when that is full, on a stack of carriers: the first
+ * FM_INBOX slots below the heap) or, when that is full, on a stack of carriers: the first
  * block of each batch holds a link to the next carrier and the addresses of the blocks after it.
- * Thread A allocates FM_INBOX + n blocks of 64 B, thread B frees them (each sent by B's next
- * refill), so the first FM_INBOX fill A's inbox and the last n go on its remote stack, the
- * first of them (p1) carrying the others.
+ * Thread A allocates FM_INBOX + n blocks of 64 B, each followed by one it keeps (a slot lists a
+ * run of blocks that follow each other in their span: these take one slot each), thread B
+ * frees them (each sent by B's next refill), so the first FM_INBOX fill A's inbox and the last
+ * n go on its remote stack, the first of them (p1) carrying the others.
  *
  *   inbox     the allocator writes nothing into the blocks in the inbox: all 64 bytes of each
  *             still read as A left them (0x5a)
@@ -25,7 +26,7 @@
 #include "fmtest.h"
 
 static pthread_barrier_t step;
-static void *volatile blocks[FM_INBOX + 3];
+static void *volatile blocks[FM_INBOX + 3], *kept[FM_INBOX + 3];
 
 /* B: frees what A allocated (its outbox goes to A's inbox 32 blocks at a time, which the first
  * FM_INBOX fill), then mallocs a size it never used: a refill, which sends the last n from its
@@ -45,20 +46,24 @@ static void *thread_b(void *arg)
     return NULL;
 }
 
-/* A: allocates FM_INBOX + n blocks of 64 B, waits while B frees them, then takes every block
- * others freed home (malloc_trim does, as the statistics do). */
+/* A: allocates FM_INBOX + n blocks of 64 B and one more after each, which it keeps, waits
+ * while B frees the first ones, then takes every block others freed home (malloc_trim does,
+ * as the statistics do). */
 static void *thread_a(void *arg)
 {
     size_t n = (size_t)(uintptr_t)arg;
     for (size_t i = 0; i < FM_INBOX + n; i++) {
         blocks[i] = malloc(fmt_opaque(64));
-        CHECK(blocks[i], "malloc failed");
+        kept[i] = malloc(fmt_opaque(64));
+        CHECK(blocks[i] && kept[i], "malloc failed");
         memset(blocks[i], 0x5a, 64);
     }
     pthread_barrier_wait(&step);
     pthread_barrier_wait(&step);
     pthread_barrier_wait(&step);   /* main looked (and wrote) */
     malloc_trim(0);
+    for (size_t i = 0; i < FM_INBOX + n; i++)
+        free(kept[i]);
     return NULL;
 }
 

@@ -149,6 +149,7 @@ static inline uintptr_t remote_entry(const void *p, unsigned c) { return (uintpt
 static inline void *remote_block(uintptr_t v) { return (void *)(v & (((uintptr_t)1 << FM_SLOT_RUN) - 1)); }
 static inline unsigned remote_class(uintptr_t v) { return (unsigned)(v >> FM_SLOT_CLASS) - 1u; }
 static inline uint32_t remote_run(uintptr_t v) { return (uint32_t)(v >> FM_SLOT_RUN & 0xff) + 1u; }
+static inline void *remote_nth(uintptr_t v, uint32_t k) { return (char *)remote_block(v) + (size_t)k * fm_pool.cls[remote_class(v)].size; }   /* the run's block k */
 hidden void remote_setup(void);
 hidden void remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n);
 /* up to `most` blocks as runs (CACHED) into b; return the runs */

@@ -59,13 +59,18 @@ static uintptr_t word_mask(uint64_t x, uint32_t k) {
 
 static uintptr_t pending(const struct fm_tag *t) { return __atomic_load_n(&t->pending, __ATOMIC_RELAXED); }
 
-/* REMOTE block p comes home: CACHED, into b (as an inbox slot holds it). A state not REMOTE
- * there was freed twice (two threads at once: the holder's plain store overwrote the
- * exchange). */
-static void home(struct fm_blk *b, void *p, int c, fm_st *st) {
-  if (st_load(st) != ST_REMOTE) fault_stop("double free (by two threads at once)", p, c);
+/* REMOTE block k of run v (its state st) comes home: CACHED. A state not REMOTE there was
+ * freed twice (two threads at once: the holder's plain store overwrote the exchange). */
+static always_inline void arrive(uintptr_t v, uint32_t k, fm_st *st) {
+  if (st_load(st) != ST_REMOTE) fault_stop("double free (by two threads at once)", remote_nth(v, k), (int)remote_class(v));
   st_store(st, ST_CACHED);
-  *b = (struct fm_blk){(void *)remote_entry(p, (unsigned)c), st};
+}
+
+/* REMOTE block p comes home, into b as an inbox slot holds it. */
+static void home(struct fm_blk *b, void *p, int c, fm_st *st) {
+  uintptr_t v = remote_entry(p, (unsigned)c);
+  arrive(v, 0, st);
+  *b = (struct fm_blk){(void *)v, st};
 }
 
 /* ---- taking ----------------------------------------------------------------------------- */
@@ -99,10 +104,7 @@ static uint32_t inbox_take(struct fm_tag *t, struct fm_blk *b, uint32_t most, ui
     uint32_t run = remote_run(v), k = run < most - blocks ? run : most - blocks;
     if ((uintptr_t)busy - (uintptr_t)st < run) break;
     __builtin_prefetch(__atomic_load_n(&box[(head + FM_AHEAD) & mask].st, __ATOMIC_RELAXED), 1);   /* a hint: 0 or stale is harmless */
-    for (uint32_t i = 0; i < k; i++) {
-      if (st_load(st + i) != ST_REMOTE) fault_stop("double free (by two threads at once)", (char *)remote_block(v) + (size_t)i * fm_pool.cls[remote_class(v)].size, (int)remote_class(v));
-      st_store(st + i, ST_CACHED);
-    }
+    for (uint32_t i = 0; i < k; i++) arrive(v, i, st + i);
     b[n++] = (struct fm_blk){(void *)(v - ((uintptr_t)(run - k) << FM_SLOT_RUN)), st};
     blocks += k;
     if (k < run) {   /* the rest stays for the next take */
@@ -212,9 +214,8 @@ uint32_t remote_take(struct fm_tag *t, struct fm_blk *b, uint32_t most) {
 static uint32_t runs_apart(const struct fm_blk *e, uint32_t n, struct fm_blk *b) {
   uint32_t m = 0;
   for (uint32_t i = 0; i < n; i++) {
-    uintptr_t v = (uintptr_t)e[i].p, p = (uintptr_t)remote_block(v);
-    unsigned c = remote_class(v);
-    for (uint32_t k = 0; k < remote_run(v); k++) b[m++] = (struct fm_blk){(void *)remote_entry((void *)(p + k * fm_pool.cls[c].size), c), e[i].st + k};
+    uintptr_t v = (uintptr_t)e[i].p;
+    for (uint32_t k = 0; k < remote_run(v); k++) b[m++] = (struct fm_blk){(void *)remote_entry(remote_nth(v, k), remote_class(v)), e[i].st + k};
   }
   return m;
 }
@@ -234,7 +235,7 @@ static void give_all(const struct fm_blk *b, uint32_t n) {
         m = 0;
       }
       cur = c;
-      run[m++] = (struct fm_blk){(char *)remote_block(v) + (size_t)k * fm_pool.cls[c].size, b[i].st + k};
+      run[m++] = (struct fm_blk){remote_nth(v, k), b[i].st + k};
     }
   }
   if (m) class_home(cur, run, m);
@@ -346,10 +347,12 @@ static uintptr_t *carry(const struct fm_blk *b, uint32_t n) {
 void remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n) {
   if (!atomic_load(&owner->live) && taking_claim(owner)) {
     if (!atomic_load(&owner->live)) {   /* (remote_hold waits for `taking`: no holder comes meanwhile) */
-      struct fm_blk one[FM_OUTBOX];
-      uint32_t m = runs_apart(b, n, one);
-      for (uint32_t i = 0; i < m; i++) home(&one[i], remote_block((uintptr_t)one[i].p), (int)remote_class((uintptr_t)one[i].p), one[i].st);
-      give_all(one, m);
+      for (uint32_t i = 0; i < n; i++) {
+        uintptr_t v = (uintptr_t)b[i].p;
+        for (uint32_t k = 0; k < remote_run(v); k++)
+          arrive(v, k, b[i].st + k);
+      }
+      give_all(b, n);
       taking_end(owner);
       remote_orphans(owner);
       return;

@@ -276,12 +276,25 @@ static void remote_collect(struct fm_tcache *tc, uint32_t most) {
   }
 }
 
+/* The outbox's last entry gets its run's length. */
+static void run_end(struct fm_tcache *tc) {
+  if (tc->out_n) tc->out[tc->out_n - 1].p = (void *)((uintptr_t)tc->out[tc->out_n - 1].p + ((uintptr_t)(tc->out_run - 1) << FM_SLOT_RUN));
+}
+
 static noinline void outbox_flush(struct fm_tcache *tc) {
   if (!tc->out_n) return;
+  run_end(tc);
   uint32_t n = tc->out_n;
   tc->moved += tc->out_k;
   tc->out_n = tc->out_k = 0;
+  tc->out_up = tc->out_down = 0;   /* no run to lengthen */
   remote_send(tc->out_to, tc->out, n);
+}
+
+/* The outbox goes from remote_free: this call's work. */
+static noinline void outbox_send(struct fm_tcache *tc) {
+  outbox_flush(tc);
+  work_note(tc);
 }
 
 static void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st);
@@ -290,46 +303,51 @@ static void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, uns
  * another owner's blocks (sent first). */
 static noinline void remote_free_other(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st) {
   if (tc == &fm_tc_empty) return remote_send(owner, &(struct fm_blk){(void *)remote_entry(p, c), st}, 1);
-  outbox_flush(tc);
+  outbox_send(tc);
   remote_free(tc, owner, p, c, st);
 }
 
 /* REMOTE block p of owner's goes home: into tc's outbox, which is sent in one step when it
  * holds FM_OUTBOX blocks or another owner's, or tc refills, flushes statistics or exits (so a
  * thread holds at most FM_OUTBOX blocks of others). A block next to the last entry's run, of
- * its class, the one after its end or before its start (its address and its state's the next
- * after or before), lengthens the run: a thread that frees blocks in the order they were
- * handed out (or the reverse) sends one entry for many, and their holder reads one slot. Every
- * way out is a tail call: no register to save. */
+ * its class and owner, the one after its end or before its start (its address and its state's
+ * the next after or before), lengthens the run: a thread that frees blocks in the order they
+ * were handed out (or the reverse) sends one entry for many, and their holder reads one slot.
+ * The lengthening is tried first and costs no more instructions than a new entry did before
+ * runs (a thread's cache is never the empty one once out_up is set). Every way out is a tail
+ * call: no register to save. */
 static noinline void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st) {
-  uint32_t n = tc->out_n;
-  if (unlikely(tc == &fm_tc_empty || (n && tc->out_to != owner))) return remote_free_other(tc, owner, p, c, st);
-  tc->out_to = owner;
-  uintptr_t v = remote_entry(p, c), run1 = (uintptr_t)1 << FM_SLOT_RUN;
-  if (n && v == tc->out_up && (uintptr_t)st == tc->out_up_st) {
-    tc->out[n - 1].p = (void *)((uintptr_t)tc->out[n - 1].p + run1);
-    tc->out_up += tc->out_size;
+  uintptr_t v = remote_entry(p, c);
+  if (v == tc->out_up && (uintptr_t)st == tc->out_up_st && owner == tc->out_to) {
+    tc->out_run++;
+    tc->out_up = v + tc->out_size;
     tc->out_up_st++;
-  } else if (n && v == tc->out_down && (uintptr_t)st == tc->out_down_st) {
-    tc->out[n - 1].p = (void *)(v + ((uintptr_t)tc->out[n - 1].p & ((uintptr_t)0xff << FM_SLOT_RUN)) + run1);
-    tc->out[n - 1].st = st;
-    tc->out_down -= tc->out_size;
+  } else if (v == tc->out_down && (uintptr_t)st == tc->out_down_st && owner == tc->out_to) {
+    struct fm_blk *last = &tc->out[tc->out_n - 1];
+    last->p = (void *)v;
+    last->st = st;
+    tc->out_run++;
+    tc->out_down = v - tc->out_size;
     tc->out_down_st--;
   } else {
+    uint32_t n = tc->out_n;
+    if (unlikely(tc == &fm_tc_empty || (n && tc->out_to != owner))) return remote_free_other(tc, owner, p, c, st);
+    run_end(tc);
     uintptr_t size = fm_pool.cls[c].size;
+    tc->out_to = owner;
     /* field by field: a pair built on the stack and copied whole is read back before its two
      * stores can be forwarded (a stall of most of this function's time, in perf) */
     tc->out[n].p = (void *)v;
     tc->out[n].st = st;
     tc->out_n = n + 1;
+    tc->out_run = 1;
     tc->out_size = size;
     tc->out_up = v + size;
     tc->out_down = v - size;
     tc->out_up_st = (uintptr_t)st + 1;
     tc->out_down_st = (uintptr_t)st - 1;
   }
-  if (++tc->out_k == FM_OUTBOX) return outbox_flush(tc);   /* (its blocks are counted at the next call) */
-  if (tc->moved) return work_note(tc);
+  if (++tc->out_k == FM_OUTBOX) return outbox_send(tc);
 }
 
 /* ---- caches in and out ------------------------------------------------------------------- */

@@ -356,7 +356,8 @@ struct fm_tcache {
   struct fm_tag *out_to;      /* outbox: blocks of tag out_to freed here (as inbox slots hold them), sent in one step */
   uint32_t out_n;             /* its entries (runs) */
   uint32_t out_k;             /* and blocks: FM_OUTBOX at most */
-  uintptr_t out_up, out_down;     /* the entries (remote_entry) of the blocks after and before the last run */
+  uint32_t out_run;           /* the last entry's length, not yet in its address (run_end) */
+  uintptr_t out_up, out_down;     /* the entries (remote_entry) of the blocks after and before the last run (0: none) */
   uintptr_t out_up_st, out_down_st;   /* and their states' addresses */
   uintptr_t out_size;         /* the last run's block size */
   struct fm_blk out[FM_OUTBOX];

@@ -283,8 +283,8 @@ void remote_setup(void) {
 
 /* Starts taking the blocks that wait for tag t, not being its holder (up to FM_COLLECT_BEHIND of
  * them, as a refill takes): when t's holder has fallen behind (at least FM_ADOPT_AT blocks wait
- * in written slots), the slots written now, after a barrier (above). False (nothing started) when it
- * has not, t has no holder, another thread takes its blocks now, or the barrier fails. No
+ * in written slots), the slots written now, after a barrier (above). False (nothing started)
+ * when it has not, t has no holder, another thread takes its blocks now, or the barrier fails. No
  * `taking` is held across the barrier, nor between the takes: a thread preempted there would
  * keep t's holder from its blocks while senders push them on the stack. The slots seen written
  * before the barrier stay so until taken: a slot is reused only after the head has passed it,
@@ -322,8 +322,8 @@ uint32_t remote_adopt_take(struct remote_adoption *a, struct fm_blk *b, uint32_t
 }
 
 /* ---- sending ---------------------------------------------------------------------------- */
-/* Writes the n blocks b[] (runs of one, as inbox slots hold them) as a chain of carriers, b[0] the first;
- * returns the last, whose link the caller writes. */
+/* Writes the n blocks b[] (runs of one, as inbox slots hold them) as a chain of carriers, b[0]
+ * the first; returns the last, whose link the caller writes. */
 static uintptr_t *carry(const struct fm_blk *b, uint32_t n) {
   uintptr_t *w = NULL;
   uint64_t wx = 0;
@@ -342,8 +342,8 @@ static uintptr_t *carry(const struct fm_blk *b, uint32_t n) {
 
 /* Sends the n runs b[] of REMOTE blocks (an outbox's entries, as inbox slots hold them) to
  * owner's inbox, or, when it has no room for them, pushes their blocks on its remote stack as
- * one chain of carriers. A tag no thread
- * holds gets nothing: the blocks, and what waits there, go back to their spans. */
+ * one chain of carriers. A tag no thread holds gets nothing: the blocks, and what waits there,
+ * go back to their spans. */
 void remote_send(struct fm_tag *owner, struct fm_blk *b, uint32_t n) {
   if (!atomic_load(&owner->live) && taking_claim(owner)) {
     if (!atomic_load(&owner->live)) {   /* (remote_hold waits for `taking`: no holder comes meanwhile) */

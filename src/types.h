@@ -95,36 +95,37 @@
  * OWNED + tag when a thread holding a tag handed it out, LIVE when a thread without one did.
  *
  * ONE WRITER PER STATE, AND HOW A BLOCK FREED BY ANOTHER THREAD GETS HOME (remote.c). A tag is
- * one of FM_TAGS LIVE values, each with an inbox, in the meta area; a thread holds one
- * while one is free (it takes one at its first call, or at a later refill once one is free;
- * gives it back at exit). The thread holding a LIVE block's tag frees it with a plain load and
- * store: free() of its own block (LIVE -> CACHED) and malloc() (CACHED -> its LIVE), no atomic
- * step on the hot pair. Any other thread frees it with one compare-exchange LIVE -> REMOTE and
- * adds it to its outbox, which goes to the tag's inbox in one step (full, another tag's block,
- * or the freeing thread's refill or exit): a ring of slots (a run of blocks that follow each
- * other in their span: the first's address, the class and the length, the first's state's
- * address; up to FM_INBOX_MAX, by the pool's size), so a taker takes them without reading or
- * looking up the blocks; only when the ring is full do they wait on a stack linked through the blocks. The
+ * one of FM_TAGS LIVE values, each with an inbox, in the meta area; a thread holds one while
+ * one is free (it takes one at its first call, or at a later refill once one is free; gives it
+ * back at exit). The thread holding a LIVE block's tag frees it with a plain load and store:
+ * free() of its own block (LIVE -> CACHED) and malloc() (CACHED -> its LIVE), no atomic step on
+ * the hot pair. Any other thread frees it with one compare-exchange LIVE -> REMOTE and adds it
+ * to its outbox, which goes to the tag's inbox in one step (full, another tag's block, or the
+ * freeing thread's refill or exit): a ring of slots (a run of blocks that follow each other in
+ * their span: the first's address, the class and the length, the first's state's address; up to
+ * FM_INBOX_MAX, by the pool's size), so a taker takes them without reading or looking up the
+ * blocks; only when the ring is full do they wait on a stack linked through the blocks. The
  * holder takes up to FM_COLLECT blocks home at each refill (FM_COLLECT_BEHIND while blocks wait
  * on the stack), and a block whose state is no longer REMOTE there was freed twice (two threads
  * at once: the holder's plain store overwrote the exchange) and stops the program before the
  * block is handed out again. A holder off its CPU does not hold its blocks back: a thread that
  * refills while FM_ADOPT_AT blocks wait for the tag it last sent to takes them into its own
- * cache (FM_COLLECT_BEHIND at most), after a membarrier, stopping at the run that holds the block whose state the
- * holder publishes as the one it is freeing (fm_tcache.busy, one plain store on free's fast
- * path): a free of the holder's that loaded the state before the barrier has published it
- * (the adopter stops there) or stored CACHED (the adopter finds the state not REMOTE and stops
- * the program), and one that loads it after sees REMOTE. The blocks of a tag no thread holds
- * (its thread exited), and what waited for it, go back to their spans. One thread at a time takes
- * a tag's blocks (its `taking`: the holder, an adopter or a drainer), and none waits for
- * another to finish. Blocks that a thread without a tag handed out are LIVE for anyone: any
- * thread frees them with one compare-exchange LIVE -> CACHED straight into its own cache (as
- * tcmalloc's and jemalloc's caches take any block), and of two racing frees only one wins. So
- * the first 250 threads alive free their own blocks with no atomic step; every thread beyond
- * pays one compare-exchange per free, none takes a lock per call. Why not mimalloc's per-span
- * thread-free lists: spans are shared by every thread of a shard, which is what keeps a span's
- * blocks and a program's peak low, and the owner of a block, not of a span, is what makes a
- * racing double free harmless. Blocks in spans change state only under their shard's lock.
+ * cache (FM_COLLECT_BEHIND at most), after a membarrier, stopping at the run that holds the
+ * block whose state the holder publishes as the one it is freeing (fm_tcache.busy, one plain
+ * store on free's fast path): a free of the holder's that loaded the state before the barrier
+ * has published it (the adopter stops there) or stored CACHED (the adopter finds the state not
+ * REMOTE and stops the program), and one that loads it after sees REMOTE. The blocks of a tag
+ * no thread holds (its thread exited), and what waited for it, go back to their spans. One
+ * thread at a time takes a tag's blocks (its `taking`: the holder, an adopter or a drainer),
+ * and none waits for another to finish. Blocks that a thread without a tag handed out are LIVE
+ * for anyone: any thread frees them with one compare-exchange LIVE -> CACHED straight into its
+ * own cache (as tcmalloc's and jemalloc's caches take any block), and of two racing frees only
+ * one wins. So the first 250 threads alive free their own blocks with no atomic step; every
+ * thread beyond pays one compare-exchange per free, none takes a lock per call. Why not
+ * mimalloc's per-span thread-free lists: spans are shared by every thread of a shard, which is
+ * what keeps a span's blocks and a program's peak low, and the owner of a block, not of a span,
+ * is what makes a racing double free harmless. Blocks in spans change state only under their
+ * shard's lock.
  *
  * THREAD CACHE (tcache.c, fast paths in fast.h). Every thread gets one at its first call, in
  * the lowest free slot of the cache area (FM_CACHES_MAX slots, 1/32 of the pool at most, none

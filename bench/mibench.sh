@@ -11,6 +11,8 @@
 #   options: --reps N (5)  --only P1,P2  --allocators A,B  --timeout SECS (300, per run)  --out DIR
 #            --load N (0: busy processes running through the whole measurement, fm_load_start)
 #            --list (the programs and their commands, then exit)
+#            --live (each run with liblive.so in front of the allocator: the program's own peak of
+#            bytes held, live_kb, and peak RSS over it; its counting changes the timings a little)
 #            --extra NAME=PATH (one more library to preload, e.g. another commit's libflatmalloc.so;
 #            repeatable; not a peer in 'flat / best peer')
 #
@@ -32,7 +34,7 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BA
 log() { echo "mibench: $*" >&2; }
 die() { log "$*"; exit 2; }
 
-src='' reps=5 only='' allocs_arg='' limit=300 out='' list=0 load=0 extras=()
+src='' reps=5 only='' allocs_arg='' limit=300 out='' list=0 load=0 live=0 extras=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --src) src=$2; shift ;;
@@ -44,6 +46,7 @@ while [ $# -gt 0 ]; do
     --load) load=$2; shift ;;
     --extra) extras+=("$2"); shift ;;
     --list) list=1 ;;
+    --live) live=1 ;;
     -h|--help) usage ;;
     *) log "unknown option $1"; usage ;;
   esac
@@ -216,6 +219,11 @@ if fm_build_lib >&2 && [ -f "$fm_build/preload/libflatmalloc.so" ]; then
 else
   log "WARNING: flatmalloc does not build: left out of this run"
 fi
+live_lib=''
+if [ "$live" = 1 ]; then
+  live_lib=$fm_build/bench/liblive.so
+  [ -f "$live_lib" ] || die "--live needs $live_lib (built with the benchmarks: meson setup without -Dbenchmarks=disabled)"
+fi
 fm_peers
 [ -n "$fm_lib" ] && add_alloc flatmalloc "$fm_lib"
 for e in "${extras[@]}"; do
@@ -232,7 +240,7 @@ fi
 out=${out:-$fm_top/bench/results/mibench-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out/logs"
 raw=$out/raw.csv
-echo "rep,program,allocator,time_s,wall_s,rss_kb,rc,load1,xcpu_ns,xcpu_after_ns" >"$raw"
+echo "rep,program,allocator,time_s,wall_s,rss_kb,rc,load1,xcpu_ns,xcpu_after_ns,live_kb" >"$raw"
 {
   echo "date: $(date -Is)"
   echo "uptime: $(uptime)"
@@ -244,6 +252,7 @@ echo "rep,program,allocator,time_s,wall_s,rss_kb,rc,load1,xcpu_ns,xcpu_after_ns"
   echo "compilers: $(gcc --version | head -n 1); flags: ${cflags[*]} / ${cxxflags[*]}"
   echo "reps: $reps, timeout: ${limit}s, programs: ${runnable[*]}"
   echo "load: $load busy processes during the runs (--load)"
+  echo "live: $([ "$live" = 1 ] && echo "every run with $live_lib in front (--live)" || echo no)"
   for a in "${allocs[@]}"; do echo "allocator: $a ${LIB[$a]:-(none: glibc)}"; done
 } >"$out/machine.txt"
 log "load $(cut -d' ' -f1-3 /proc/loadavg), results in $out"
@@ -254,25 +263,28 @@ tmp=$(mktemp -d)
 trap 'fm_load_stop; rm -rf "$tmp"' EXIT
 failures=0
 run_one() { # run_one REP PROGRAM ALLOCATOR
-  local rep=$1 p=$2 a=$3 rc=0 wall='' kb='' t=''
+  local rep=$1 p=$2 a=$3 rc=0 wall='' kb='' t='' live_kb=''
   local lib=${LIB[$a]} load xb xa
+  [ -n "$live_lib" ] && lib=$live_lib${lib:+:$lib}
   load=$(cut -d' ' -f1 /proc/loadavg) # at the start: a busy machine shows up in every figure
   xb=$(fm_xcpu)
   program_cmd "$p"
-  rm -rf "$tmp/cwd"; mkdir "$tmp/cwd"
+  rm -rf "$tmp/cwd" "$tmp/live"; mkdir "$tmp/cwd"
   # the allocator rejects FLATMALLOC_* names it does not know: drop the old build-dir variable
   (cd "$tmp/cwd" && /usr/bin/time -f '%e %M' -o "$tmp/time" timeout -k 5 "$limit" \
-     env -u LD_PRELOAD -u FLATMALLOC_BUILD_DIR ${lib:+LD_PRELOAD=$lib} "${cmd[@]}" \
+     env -u LD_PRELOAD -u FLATMALLOC_BUILD_DIR ${lib:+LD_PRELOAD=$lib} LIVE_OUT="$tmp/live" "${cmd[@]}" \
      <"$input" >"$tmp/out" 2>"$tmp/err") || rc=$?
   xa=$(fm_xcpu)
   read -r wall kb < <(tail -n 1 "$tmp/time") || true
+  # the largest of the program's processes
+  [ -f "$tmp/live" ] && live_kb=$(awk '$1 == "live_peak_kb" && $2 > m { m = $2 } END { print m + 0 }' "$tmp/live")
   [ "$rc" = 0 ] && t=$(score_of "$score" "$tmp/out" "$wall")
   if [ "$rc" != 0 ] || [ -z "$t" ]; then
     failures=$((failures + 1))
     cat "$tmp/out" "$tmp/err" >"$out/logs/$p-$a-$rep.log"
     log "FAILED (exit $rc$([ "$rc" = 124 ] && echo ": timed out after ${limit}s")): $p with $a, rep $rep; output in logs/$p-$a-$rep.log"
   fi
-  echo "$rep,$p,$a,$t,$wall,$kb,$rc,$load,$xb,$xa" >>"$raw"
+  echo "$rep,$p,$a,$t,$wall,$kb,$rc,$load,$xb,$xa,$live_kb" >>"$raw"
 }
 
 fm_load_start "$load"
@@ -291,6 +303,9 @@ fm_load_stop
 python3 - "$raw" <<'EOF' | tee "$out/tables.txt"
 import csv, math, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
+for r in rows:   # (--live) peak RSS over the program's own peak of bytes held, each run
+    live = float(r.get("live_kb") or 0)
+    r["rss_per_live"] = "%.3f" % (float(r["rss_kb"]) / live) if live and r["rss_kb"] else ""
 progs = list(dict.fromkeys(r["program"] for r in rows))
 allocs = list(dict.fromkeys(r["allocator"] for r in rows))
 reps = max(int(r["rep"]) for r in rows)
@@ -327,6 +342,12 @@ table("Time, seconds, median of %d (larson, xmalloc-test, rptest, glibc-thread: 
       "time_s", 1, "%.2f")
 table("Peak RSS, MiB, median of %d; flat / best peer < 1 is flatmalloc smaller" % reps,
       "rss_kb", 1 / 1024, "%.1f")
+
+if any(r["rss_per_live"] for r in rows):
+    table("The program's own peak of bytes held (liblive.so: usable sizes), MiB, median of %d" % reps,
+          "live_kb", 1 / 1024, "%.1f")
+    table("Peak RSS over the program's own peak of bytes held in the same run, median of %d; "
+          "flat / best peer < 1 is flatmalloc smaller" % reps, "rss_per_live", 1, "%.2f")
 
 FAST = 250   # ns: scale xcpu's fast speed here is about 100, the slow one about 400
 def speed(r):

@@ -272,7 +272,7 @@ run_one() { # run_one REP PROGRAM ALLOCATOR
   rm -rf "$tmp/cwd" "$tmp/live"; mkdir "$tmp/cwd"
   # the allocator rejects FLATMALLOC_* names it does not know: drop the old build-dir variable
   (cd "$tmp/cwd" && /usr/bin/time -f '%e %M' -o "$tmp/time" timeout -k 5 "$limit" \
-     env -u LD_PRELOAD -u FLATMALLOC_BUILD_DIR ${lib:+LD_PRELOAD=$lib} LIVE_OUT="$tmp/live" "${cmd[@]}" \
+     env -u LD_PRELOAD -u FLATMALLOC_BUILD_DIR ${lib:+LD_PRELOAD=$lib} ${live_lib:+LIVE_OUT=$tmp/live} "${cmd[@]}" \
      <"$input" >"$tmp/out" 2>"$tmp/err") || rc=$?
   xa=$(fm_xcpu)
   read -r wall kb < <(tail -n 1 "$tmp/time") || true

@@ -23,12 +23,12 @@ static always_inline void *fm_alloc(size_t size) { return fm_alloc_or(size, fm_m
  * class have magic 0 and the bin of no room, index 0) and its state must be this thread's
  * own LIVE value (its tag's; a thread without a tag has none). The freed block itself is never
  * read or written. A block start the fast path cannot take (another thread's, a full bin) goes
- * to fm_free_block with what was found, anything else to fm_free_slow; a sized release
- * (free_sized: call FM_FREE_SIZED, free_aligned_sized: FM_FREE_ALIGNED_SIZED) to
- * fm_free_sized_slow with its size, where checking mode checks it (heap_chunks is 0 in
- * checking mode, so every one of its calls comes that way). Default mode does not check the
- * size: the test that it fits the block's class (one multiplication by the magic) cost 5
- * instructions a malloc+free_sized pair in callgrind, 51 to 56. */
+ * to fm_free_block with what was found (and the cache, whose `busy` it published), anything
+ * else to fm_free_slow; a sized release (free_sized: call FM_FREE_SIZED, free_aligned_sized:
+ * FM_FREE_ALIGNED_SIZED) to fm_free_sized_slow with its size, where checking mode checks it
+ * (heap_chunks is 0 in checking mode, so every one of its calls comes that way). Default mode
+ * does not check the size: the test that it fits the block's class (one multiplication by the
+ * magic) cost 5 instructions a malloc+free_sized pair in callgrind, 51 to 56. */
 enum { FM_FREE_PLAIN, FM_FREE_SIZED, FM_FREE_ALIGNED_SIZED };
 static always_inline void fm_free_as(void *ptr, size_t size, unsigned call) {
   uintptr_t ch = ((uintptr_t)ptr - fm_pool.heap_base) >> FM_CHUNK_SHIFT;
@@ -53,7 +53,7 @@ static always_inline void fm_free_as(void *ptr, size_t size, unsigned call) {
       tc->top[c1] = top + 1;
       return;
     }
-    if ((uint64_t)m < magic) return fm_free_block(ptr, st, c1);
+    if ((uint64_t)m < magic) return fm_free_block(ptr, st, tc, c1);
   }
   if (call == FM_FREE_PLAIN) return fm_free_slow(ptr);
   fm_free_sized_slow(ptr, size, call);

@@ -168,6 +168,7 @@ hidden void tcache_setup(void);
 hidden size_t tcache_bytes(const struct fm_options *o);   /* a thread cache's bytes with these classes */
 hidden void *tcache_alloc(unsigned c, bool borrow, bool *zero);   /* zero: NULL or told whether it reads as zero */
 hidden void tcache_free(void *p, unsigned c, fm_st *st);
+hidden void tcache_free_from(void *p, fm_st *st, struct fm_tcache *tc, unsigned c1);   /* fm_free_block's: see there */
 hidden void tcache_native_setup(void);
 hidden void *tcache_alloc_direct(unsigned c, bool borrow);   /* check.c's native calls: their cache, no errno */
 hidden void tcache_free_direct(void *p, unsigned c, fm_st *st);
@@ -209,6 +210,15 @@ static always_inline void block_enter(const char *call) {
   block_inside = true;
 }
 static always_inline void block_leave(void) { block_inside = false; }
+/* The same for a slow path that tcache_free_from (not inside, by its caller's test) and the
+ * callers above (inside already) both reach: it marks the thread inside only when it was not;
+ * block_rest(the value returned) after. */
+static always_inline bool block_enter_once(void) {
+  bool outer = block_inside;
+  block_inside = true;
+  return outer;
+}
+static always_inline void block_rest(bool outer) { block_inside = outer; }
 hidden void *block_alloc(size_t size);
 hidden void *block_alloc_aligned(size_t align, size_t size);
 hidden void block_free(void *p);          /* validated: stops on a bad pointer */
@@ -256,5 +266,5 @@ hidden void pool_route(void);         /* after a change of opt.perturb (mallopt)
 hidden noinline void *fm_malloc_slow(size_t size);
 hidden noinline void fm_free_slow(void *p);
 hidden noinline void fm_free_sized_slow(void *p, size_t size, unsigned call);   /* call: fast.h's FM_FREE_SIZED or FM_FREE_ALIGNED_SIZED */
-hidden noinline void fm_free_block(void *p, fm_st *st, unsigned c1);
+hidden noinline void fm_free_block(void *p, fm_st *st, struct fm_tcache *tc, unsigned c1);
 #endif

@@ -142,17 +142,21 @@ static always_inline void free_block_in(void *p, fm_st *st, unsigned c1) {
   block_free(p);   /* names the fault */
 }
 
-static cold noinline void free_block_sampled(void *p, fm_st *st, unsigned c1) {
-  heap_free(p);
+static cold noinline void free_block_inside(void *p, fm_st *st, unsigned c1) {
+  if (heap_on) heap_free(p);
   free_block_in(p, st, c1);
 }
 
 /* free() of p, the start of a block of class c1 - 1 with its state at st, that the fast path
- * could not take (another thread's block, a full bin, a block not LIVE): the block is not
- * looked up again. (The sampled heap's record out of line: every way on is a tail call.) */
-void fm_free_block(void *p, fm_st *st, unsigned c1) {
-  if (unlikely(heap_on)) return free_block_sampled(p, st, c1);
-  free_block_in(p, st, c1);
+ * could not take (another thread's block, a full bin, a block not LIVE), tc the calling
+ * thread's cache: the block is not looked up again. Straight to tcache_free_from, which marks
+ * the thread inside (block_enter) only on its ways to a lock, when nothing else is to be done
+ * (a sampled heap's record) or said (a call inside flatmalloc: a signal handler's, named by
+ * block_enter). (Every way on a tail call.) */
+void fm_free_block(void *p, fm_st *st, struct fm_tcache *tc, unsigned c1) {
+  if (unlikely(heap_on)) return free_block_inside(p, st, c1);
+  if (unlikely(block_inside)) return free_block_inside(p, st, c1);
+  tcache_free_from(p, st, tc, c1);   /* (the arguments in the registers the fast path has them in) */
 }
 
 static always_inline void free_on(void *p) {

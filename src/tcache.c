@@ -276,9 +276,11 @@ static void remote_collect(struct fm_tcache *tc, uint32_t most) {
   }
 }
 
-/* The outbox's last entry gets its run's length. */
+/* The outbox's last entry is written: its run starts after out_down, with its length. */
 static void run_end(struct fm_tcache *tc) {
-  if (tc->out_n) tc->out[tc->out_n - 1].p = (void *)((uintptr_t)tc->out[tc->out_n - 1].p + ((uintptr_t)(tc->out_run - 1) << FM_SLOT_RUN));
+  if (tc->out_n)
+    tc->out[tc->out_n - 1] = (struct fm_blk){(void *)(tc->out_down + tc->out_size + ((uintptr_t)(tc->out_run - 1) << FM_SLOT_RUN)),
+                                             (fm_st *)(tc->out_down_st + 1)};
 }
 
 static noinline void outbox_flush(struct fm_tcache *tc) {
@@ -291,10 +293,13 @@ static noinline void outbox_flush(struct fm_tcache *tc) {
   remote_send(tc->out_to, tc->out, n);
 }
 
-/* The outbox goes from remote_free: this call's work. */
+/* The outbox goes from remote_free: this call's work (a drain of a tag no thread holds takes a
+ * class's lock: the thread is inside). */
 static noinline void outbox_send(struct fm_tcache *tc) {
+  bool outer = block_enter_once();
   outbox_flush(tc);
   work_note(tc);
+  block_rest(outer);
 }
 
 static void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st);
@@ -302,7 +307,7 @@ static void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, uns
 /* remote_free's other cases: no cache (the block is sent alone), or an outbox that holds
  * another owner's blocks (sent first). */
 static noinline void remote_free_other(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st) {
-  if (tc == &fm_tc_empty) return remote_send(owner, &(struct fm_blk){(void *)remote_entry(p, c), st}, 1);
+  if (tc == &fm_tc_empty) return remote_send(owner, &(struct fm_blk){(void *)remote_entry(p, c), st}, 1);   /* (inside: tcache_free_from takes no empty cache) */
   outbox_send(tc);
   remote_free(tc, owner, p, c, st);
 }
@@ -323,9 +328,6 @@ static noinline void remote_free(struct fm_tcache *tc, struct fm_tag *owner, voi
     tc->out_up = v + tc->out_size;
     tc->out_up_st++;
   } else if (v == tc->out_down && (uintptr_t)st == tc->out_down_st && owner == tc->out_to) {
-    struct fm_blk *last = &tc->out[tc->out_n - 1];
-    last->p = (void *)v;
-    last->st = st;
     tc->out_run++;
     tc->out_down = v - tc->out_size;
     tc->out_down_st--;
@@ -335,11 +337,7 @@ static noinline void remote_free(struct fm_tcache *tc, struct fm_tag *owner, voi
     run_end(tc);
     uintptr_t size = fm_pool.cls[c].size;
     tc->out_to = owner;
-    /* field by field: a pair built on the stack and copied whole is read back before its two
-     * stores can be forwarded (a stall of most of this function's time, in perf) */
-    tc->out[n].p = (void *)v;
-    tc->out[n].st = st;
-    tc->out_n = n + 1;
+    tc->out_n = n + 1;   /* (its entry is written by run_end) */
     tc->out_run = 1;
     tc->out_size = size;
     tc->out_up = v + size;
@@ -690,23 +688,34 @@ static noinline void put_full(struct fm_tcache *tc, void *p, unsigned c, fm_st *
   *tc->top[c1]++ = (struct fm_blk){p, st};
 }
 
-static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
+/* put_full for tcache_free_from: the class's lock may be taken, so the thread is inside. (Not in
+ * put_full itself: check.c's native calls reach it, where the thread's variables are not.) */
+static noinline void put_full_inside(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
+  block_enter("free");
+  put_full(tc, p, c, st);
+  block_leave();
+}
+
+/* CACHED block p into tc's bin, full() when it has no room. */
+static always_inline void put_or(struct fm_tcache *tc, void *p, unsigned c, fm_st *st,
+                                 void (*full)(struct fm_tcache *, void *, unsigned, fm_st *)) {
   struct fm_blk *top = tc->top[c + 1];
-  if (unlikely(top >= tc->lim[c + 1])) return put_full(tc, p, c, st);   /* (no cache: lim == top == NULL) */
+  if (unlikely(top >= tc->lim[c + 1])) return full(tc, p, c, st);   /* (no cache: lim == top == NULL) */
   *top = (struct fm_blk){p, st};
   tc->top[c + 1] = top + 1;
 }
 
-/* free() of LIVE block p of class c (st its state) when the fast path could not take it: the
- * thread's own block to its cache; a block of another tag to that tag's inbox; a block
- * no tag owns to this thread's cache, taken with one atomic step. */
-static always_inline void free_in(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
-  __atomic_store_n(&tc->busy, st, __ATOMIC_RELEASE);   /* before the load (remote.c's adoption) */
-  __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  fm_st s = st_load(st);
+static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) { put_or(tc, p, c, st, put_full); }
+
+/* free() of LIVE block p of class c (st its state, s as loaded after tc->busy was published)
+ * when the fast path could not take it: the thread's own block to its cache (full(): its bin
+ * has no room); a block of another tag to that tag's inbox; a block no tag owns to this
+ * thread's cache, taken with one atomic step. */
+static always_inline void free_as(struct fm_tcache *tc, void *p, unsigned c, fm_st *st, fm_st s,
+                                  void (*full)(struct fm_tcache *, void *, unsigned, fm_st *)) {
   if (s == tc->own) {
     st_store(st, ST_CACHED);
-    return put(tc, p, c, st);
+    return put_or(tc, p, c, st, full);
   }
   /* the state was LIVE when free() checked it: anything else now is another free's doing */
   fm_count(CNT_RMW);
@@ -714,10 +723,35 @@ static always_inline void free_in(struct fm_tcache *tc, void *p, unsigned c, fm_
                                                   __ATOMIC_RELAXED, __ATOMIC_RELAXED))
     fault_stop("double free (by two threads at once)", p, (int)c);
   if (s != ST_LIVE) return remote_free(tc, &fm_pool.tags[s - ST_OWNED], p, c, st);
-  put(tc, p, c, st);
+  put_or(tc, p, c, st, full);
+}
+
+static always_inline void free_in(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {
+  __atomic_store_n(&tc->busy, st, __ATOMIC_RELEASE);   /* before the load (remote.c's adoption) */
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  free_as(tc, p, c, st, st_load(st), put_full);
 }
 
 static cold noinline void free_attach(void *p, unsigned c, fm_st *st) { free_in(tcache_attach(), p, c, st); }
+
+static cold noinline void free_inside(void *p, unsigned c, fm_st *st) {
+  block_enter("free");
+  tcache_free(p, c, st);
+  block_leave();
+}
+
+/* fm_free_block's way for the block the fast path found: that path published the state in
+ * tc->busy before it loaded it, and the thread is not inside flatmalloc (fm_free_block looked),
+ * so it takes free_in's steps without marking it inside, except on the ways that may take a
+ * lock (a full bin's, outbox_send: they mark it); a state not LIVE (a double free) goes to
+ * block_free, which names it. (Every way out a tail call, as tcache_free's.) */
+void tcache_free_from(void *p, fm_st *st, struct fm_tcache *tc, unsigned c1) {
+  unsigned c = c1 - 1;
+  fm_st s = st_load(st);
+  if (unlikely(!st_live(s))) return block_free(p);
+  if (unlikely(tc == &fm_tc_empty)) return free_inside(p, c, st);   /* (its attach takes a lock) */
+  free_as(tc, p, c, st, s, put_full_inside);
+}
 
 /* (Every way out a tail call: no register to save on the way to another thread's outbox.) */
 void tcache_free(void *p, unsigned c, fm_st *st) {

@@ -302,14 +302,15 @@ static noinline void outbox_send(struct fm_tcache *tc) {
   block_rest(outer);
 }
 
-static void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st);
+static void remote_free(struct fm_tcache *tc, fm_st tag, void *p, unsigned c, fm_st *st);
 
 /* remote_free's other cases: no cache (the block is sent alone), or an outbox that holds
  * another owner's blocks (sent first). */
-static noinline void remote_free_other(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st) {
-  if (tc == &fm_tc_empty) return remote_send(owner, &(struct fm_blk){(void *)remote_entry(p, c), st}, 1);   /* (inside: tcache_free_from takes no empty cache) */
+static noinline void remote_free_other(struct fm_tcache *tc, fm_st tag, void *p, unsigned c, fm_st *st) {
+  if (tc == &fm_tc_empty)   /* (inside: tcache_free_from takes no empty cache) */
+    return remote_send(&fm_pool.tags[tag - ST_OWNED], &(struct fm_blk){(void *)remote_entry(p, c), st}, 1);
   outbox_send(tc);
-  remote_free(tc, owner, p, c, st);
+  remote_free(tc, tag, p, c, st);
 }
 
 /* REMOTE block p of owner's goes home: into tc's outbox, which is sent in one step when it
@@ -321,22 +322,23 @@ static noinline void remote_free_other(struct fm_tcache *tc, struct fm_tag *owne
  * The lengthening is tried first and costs no more instructions than a new entry did before
  * runs (a thread's cache is never the empty one once out_up is set). Every way out is a tail
  * call: no register to save. */
-static noinline void remote_free(struct fm_tcache *tc, struct fm_tag *owner, void *p, unsigned c, fm_st *st) {
+static noinline void remote_free(struct fm_tcache *tc, fm_st tag, void *p, unsigned c, fm_st *st) {
   uintptr_t v = remote_entry(p, c);
-  if (v == tc->out_up && (uintptr_t)st == tc->out_up_st && owner == tc->out_to) {
+  if (v == tc->out_up && (uintptr_t)st == tc->out_up_st && tag == tc->out_tag) {
     tc->out_run++;
     tc->out_up = v + tc->out_size;
     tc->out_up_st++;
-  } else if (v == tc->out_down && (uintptr_t)st == tc->out_down_st && owner == tc->out_to) {
+  } else if (v == tc->out_down && (uintptr_t)st == tc->out_down_st && tag == tc->out_tag) {
     tc->out_run++;
     tc->out_down = v - tc->out_size;
     tc->out_down_st--;
   } else {
     uint32_t n = tc->out_n;
-    if (unlikely(tc == &fm_tc_empty || (n && tc->out_to != owner))) return remote_free_other(tc, owner, p, c, st);
+    if (unlikely(tc == &fm_tc_empty || (n && tc->out_tag != tag))) return remote_free_other(tc, tag, p, c, st);
     run_end(tc);
     uintptr_t size = fm_pool.cls[c].size;
-    tc->out_to = owner;
+    tc->out_to = &fm_pool.tags[tag - ST_OWNED];
+    tc->out_tag = tag;
     tc->out_n = n + 1;   /* (its entry is written by run_end) */
     tc->out_run = 1;
     tc->out_size = size;
@@ -707,6 +709,8 @@ static always_inline void put_or(struct fm_tcache *tc, void *p, unsigned c, fm_s
 
 static void put(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) { put_or(tc, p, c, st, put_full); }
 
+static cold noinline void free_raced(void *p, unsigned c) { fault_stop("double free (by two threads at once)", p, (int)c); }
+
 /* free() of LIVE block p of class c (st its state, s as loaded after tc->busy was published)
  * when the fast path could not take it: the thread's own block to its cache (full(): its bin
  * has no room); a block of another tag to that tag's inbox; a block no tag owns to this
@@ -719,11 +723,14 @@ static always_inline void free_as(struct fm_tcache *tc, void *p, unsigned c, fm_
   }
   /* the state was LIVE when free() checked it: anything else now is another free's doing */
   fm_count(CNT_RMW);
-  if (!st_live(s) || !__atomic_compare_exchange_n(st, &s, s == ST_LIVE ? ST_CACHED : ST_REMOTE, false,
-                                                  __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-    fault_stop("double free (by two threads at once)", p, (int)c);
-  if (s != ST_LIVE) return remote_free(tc, &fm_pool.tags[s - ST_OWNED], p, c, st);
-  put_or(tc, p, c, st, full);
+  fm_st was = s;
+  if (s == ST_LIVE) {
+    if (!__atomic_compare_exchange_n(st, &s, ST_CACHED, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return free_raced(p, c);
+    return put_or(tc, p, c, st, full);
+  }
+  if (!st_live(s) || !__atomic_compare_exchange_n(st, &s, ST_REMOTE, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    return free_raced(p, c);
+  remote_free(tc, was, p, c, st);
 }
 
 static always_inline void free_in(struct fm_tcache *tc, void *p, unsigned c, fm_st *st) {

@@ -355,6 +355,7 @@ struct fm_tcache {
   bool taking;           /* a refill is under way: the frees it makes are part of its work */
   struct fm_tcache *next, *prev;   /* the list of caches */
   struct fm_tag *out_to;      /* outbox: blocks of tag out_to freed here (as inbox slots hold them), sent in one step */
+  fm_st out_tag;              /* out_to's LIVE value (when out_n) */
   uint32_t out_n;             /* its entries (runs) */
   uint32_t out_k;             /* and blocks: FM_OUTBOX at most */
   uint32_t out_run;           /* the last entry's length, not yet in its address (run_end) */

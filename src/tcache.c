@@ -313,15 +313,15 @@ static noinline void remote_free_other(struct fm_tcache *tc, fm_st tag, void *p,
   remote_free(tc, tag, p, c, st);
 }
 
-/* REMOTE block p of owner's goes home: into tc's outbox, which is sent in one step when it
- * holds FM_OUTBOX blocks or another owner's, or tc refills, flushes statistics or exits (so a
- * thread holds at most FM_OUTBOX blocks of others). A block next to the last entry's run, of
- * its class and owner, the one after its end or before its start (its address and its state's
- * the next after or before), lengthens the run: a thread that frees blocks in the order they
- * were handed out (or the reverse) sends one entry for many, and their holder reads one slot.
- * The lengthening is tried first and costs no more instructions than a new entry did before
- * runs (a thread's cache is never the empty one once out_up is set). Every way out is a tail
- * call: no register to save. */
+/* REMOTE block p of the tag whose LIVE value is `tag` goes home: into tc's outbox, which is sent
+ * in one step when it holds FM_OUTBOX blocks or another owner's, or tc refills, flushes statistics
+ * or exits (so a thread holds at most FM_OUTBOX blocks of others). A block next to the last
+ * entry's run, of its class and owner, the one after its end or before its start (its address and
+ * its state's the next after or before), lengthens the run: a thread that frees blocks in the
+ * order they were handed out (or the reverse) sends one entry for many, and their holder reads one
+ * slot. The lengthening is tried first and costs no more instructions than a new entry did before
+ * runs (a thread's cache is never the empty one once out_up is set). Every way out is a tail call:
+ * no register to save. */
 static noinline void remote_free(struct fm_tcache *tc, fm_st tag, void *p, unsigned c, fm_st *st) {
   uintptr_t v = remote_entry(p, c);
   if (v == tc->out_up && (uintptr_t)st == tc->out_up_st && tag == tc->out_tag) {

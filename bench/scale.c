@@ -55,6 +55,14 @@
  *              condition variable; when all 1,000 wait the main thread reads VmRSS, then lets
  *              them exit, joins them and reads VmRSS again. Default stacks.
  *              idle,rss_start_kb / rss_idle_kb / rss_after_exit_kb / create_s.
+ *   grow       a heap that grows in T threads at once (--threads T, default 2): the threads wait
+ *              for the start in 10 ms sleeps, as rptest's workers do, then each mallocs blocks of
+ *              8-16,000 B (uniform), writes a byte in each of their pages, and frees one of its
+ *              newer blocks for every eight it takes, until it has taken --ops MiB (24; 8
+ *              --quick). The slowest thread's time from its own start, grow,tT_ms, and how much
+ *              of its time each thread had a CPU (its CPU time over that time, the threads'
+ *              mean): grow,tT_cpu_share, 1.00 when no thread waited for another or shared a
+ *              CPU with it (on as many CPUs as threads).
  *   xcpu       not the allocator: the host. Two threads on the first two CPUs the process may
  *              use pass one cache line back and forth 20,000 times (--ops), or for 50 ms if
  *              that ends first: the mean round trip, xcpu,round_trip_ns (0 with one CPU). This
@@ -800,6 +808,82 @@ static void mode_idle(void)
   printf("idle,create_s,%.4f\n", t);
 }
 
+/* ---------- grow ---------- */
+
+static volatile int grow_go;
+static long grow_bytes;
+
+struct grow_worker {
+  pthread_t th;
+  long i;
+  double wall_s, cpu_s;
+  char pad[CACHE_LINE];
+};
+
+static double thread_cpu_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *grow_run(void *arg)
+{
+  struct grow_worker *w = arg;
+  uint64_t r = seed + (uint64_t)w->i * 0x9e3779b97f4a7c15ull;
+  size_t cap = (size_t)grow_bytes / 8 + 16, n = 0, taken = 0;
+  struct slot *s = outside(cap * sizeof *s);
+  while (!grow_go) {
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+  }
+  double t0 = now_s(), c0 = thread_cpu_s();
+  for (long k = 1; taken < (size_t)grow_bytes; k++) {
+    uint32_t size = 8 + rng_below(&r, 15993);
+    slot_fill(&s[n], size, (uint64_t)k);
+    for (uint32_t o = 4096; o + 8 < size; o += 4096)
+      ((volatile char *)s[n].p)[o] = 1;
+    taken += size;
+    n++;
+    if ((k & 7) == 0) {   /* one of the eight newest goes */
+      struct slot *v = &s[n - 1 - rng_below(&r, 8)];
+      slot_free("grow", v);
+      *v = s[--n];
+    }
+  }
+  w->wall_s = now_s() - t0;
+  w->cpu_s = thread_cpu_s() - c0;
+  for (size_t k = 0; k < n; k++)
+    slot_free("grow", &s[k]);
+  return NULL;
+}
+
+static void mode_grow(void)
+{
+  long t = pick(opt_threads, 2, 2);
+  if (t < 1 || t > 64) {
+    fprintf(stderr, "scale grow: --threads 1-64\n");
+    exit(2);
+  }
+  grow_bytes = pick(opt_ops, 24, 8) << 20;
+  struct grow_worker *w = outside((size_t)t * sizeof *w);
+  for (long i = 0; i < t; i++) {
+    w[i].i = i;
+    start_thread(&w[i].th, grow_run, &w[i]);
+  }
+  struct timespec ts = {0, 100000000};   /* all of them asleep */
+  nanosleep(&ts, NULL);
+  grow_go = 1;
+  double slowest = 0, share = 0;
+  for (long i = 0; i < t; i++) {
+    pthread_join(w[i].th, NULL);
+    slowest = w[i].wall_s > slowest ? w[i].wall_s : slowest;
+    share += w[i].wall_s > 0 ? w[i].cpu_s / w[i].wall_s / (double)t : 0;
+  }
+  printf("grow,t%ld_ms,%.2f\n", t, slowest * 1e3);
+  printf("grow,t%ld_cpu_share,%.2f\n", t, share);
+}
+
 /* ---------- map ---------- */
 
 #ifdef SCALE_NO_MAP /* built without a C++ compiler */
@@ -879,13 +963,14 @@ static const struct {
   {"own", mode_own},         {"batch", mode_batch},   {"prodcons", mode_prodcons},
   {"falseshare", mode_falseshare}, {"larson", mode_larson}, {"map", mode_map},
   {"bigheap", mode_bigheap}, {"idle", mode_idle}, {"xchg", mode_xchg}, {"xcpu", mode_xcpu},
+  {"grow", mode_grow},
 };
 
 static void usage(void)
 {
   fprintf(stderr, "usage: scale MODE [--quick] [--threads T] [--ops N] [--rounds N] [--size B]\n"
                   "                  [--order fifo|lifo|both] [--cold] [--split] [--seed S] [--sizes LO-HI]\n"
-                  "modes: own batch prodcons falseshare larson map bigheap idle xchg xcpu\n");
+                  "modes: own batch prodcons falseshare larson map bigheap idle xchg xcpu grow\n");
   exit(2);
 }
 

@@ -810,7 +810,7 @@ static void mode_idle(void)
 
 /* ---------- grow ---------- */
 
-static volatile int grow_go;
+static atomic_int grow_go;
 static long grow_bytes;
 
 struct grow_worker {
@@ -833,7 +833,7 @@ static void *grow_run(void *arg)
   uint64_t r = seed + (uint64_t)w->i * 0x9e3779b97f4a7c15ull;
   size_t cap = (size_t)grow_bytes / 8 + 16, n = 0, taken = 0;
   struct slot *s = outside(cap * sizeof *s);
-  while (!grow_go) {
+  while (!atomic_load_explicit(&grow_go, memory_order_acquire)) {
     struct timespec ts = {0, 10000000};
     nanosleep(&ts, NULL);
   }
@@ -873,7 +873,7 @@ static void mode_grow(void)
   }
   struct timespec ts = {0, 100000000};   /* all of them asleep */
   nanosleep(&ts, NULL);
-  grow_go = 1;
+  atomic_store_explicit(&grow_go, 1, memory_order_release);
   double slowest = 0, share = 0;
   for (long i = 0; i < t; i++) {
     pthread_join(w[i].th, NULL);

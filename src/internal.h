@@ -231,6 +231,13 @@ hidden bool block_free_direct(void *p);         /* native code: false for a bad 
  * the most it may be, or NULL and 0); boot.c: the bootstrap buffer */
 hidden void pool_reserve(void *(*tool_map)(size_t size), uint64_t tool_cap);
 hidden void pool_after_fork(void);
+hidden void pool_before_mlockall(void);
+hidden bool span_open_all(void);
+hidden void span_close_unopened(void);
+hidden bool tcache_open_all(void);
+hidden void tcache_close_unopened(void);
+/* Whether an opening calls mprotect (fm_pool.protect; set once, by the program's mlockall). */
+static inline bool pool_protecting(void) { return __atomic_load_n(&fm_pool.protect, __ATOMIC_ACQUIRE); }
 hidden void *boot_alloc(size_t size, size_t align);
 hidden bool boot_owns(const void *p);
 hidden size_t boot_usable(const void *p);

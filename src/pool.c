@@ -257,13 +257,18 @@ static void *pool_try(size_t *psize, struct layout *L, uint64_t tool_cap, size_t
   return NULL;
 }
 
+static bool mlock_called;   /* the program called mlockall (pool_before_mlockall) */
+
 void pool_reserve(void *(*tool_map)(size_t size), uint64_t tool_cap) {
   struct fm_options *o = &fm_pool.opt;
   pool_tool_map = tool_map;
   huge_plan(tool_map || tool_cap);
   /* The heap is opened as it is used (mlockall then locks only that), except when prefaulted,
    * on hugetlb pages and under a Valgrind tool (its own map; opened as used only where the
-   * kernel counts every writable page anyway, strict overcommit). */
+   * kernel counts every writable page anyway, strict overcommit). Opening is bookkeeping, what
+   * may be opened accessible from start-up, until the program calls mlockall (or always under
+   * strict overcommit, which would charge every accessible page): an mprotect while other
+   * threads fault pages in puts them to sleep and wakes them on its caller's CPU. */
   fm_pool.lazy_commit = !o->prefault && !fm_pool.hugetlb && (!tool_cap || os_overcommit_strict());   /* tool_cap: any tool */
   fm_pool.realtime = o->prefault;
   size_t size = o->pool, least;
@@ -298,6 +303,25 @@ void pool_reserve(void *(*tool_map)(size_t size), uint64_t tool_cap) {
   huge_advise((uintptr_t)mem, &L, (size_t)(size >> FM_CHUNK_SHIFT) << FM_CHUNK_SHIFT);
   if (o->prefault) os_populate(mem, size + L.meta);
   pool_layout(mem, size, &L);
+  fm_pool.protect = fm_pool.lazy_commit && (os_overcommit_strict() || __atomic_load_n(&mlock_called, __ATOMIC_ACQUIRE));
+  if (fm_pool.lazy_commit && !fm_pool.protect && !(span_open_all() && tcache_open_all())) {
+    fm_pool.protect = true;   /* refused (RLIMIT_DATA, the commit limit): opened as used */
+    span_close_unopened();
+    tcache_close_unopened();
+  }
+}
+
+/* The shim's mlockall, before the system's: from now on the pool is opened with mprotect as it
+ * is used, and what it has not opened is made inaccessible, so mlockall locks only what the
+ * heap uses and later openings lock what they open. (A pool reserved after it, when another
+ * library's constructor locked memory before flatmalloc's ran, is opened as used from the
+ * start: mlock_called.) */
+void pool_before_mlockall(void) {
+  __atomic_store_n(&mlock_called, true, __ATOMIC_RELEASE);
+  if ((!pool_ready() && !pool_init()) || !fm_pool.lazy_commit || pool_protecting()) return;
+  __atomic_store_n(&fm_pool.protect, true, __ATOMIC_SEQ_CST);
+  span_close_unopened();
+  tcache_close_unopened();
 }
 
 /* In a forked child only the forking thread exists: other threads' caches and their

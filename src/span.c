@@ -23,6 +23,7 @@
  * no thread runs in the background, so the pages go back on the next calls after the delay, or
  * on malloc_trim.
  */
+#include <sched.h>
 #include <string.h>
 
 #include "internal.h"
@@ -415,13 +416,22 @@ static void heap_lock(void) {
 }
 
 /* ---- runs -------------------------------------------------------------------------------- */
-/* Makes [from, to) of an array of per-chunk entries of `each` bytes accessible: past `huge`
- * (an address, 0: nowhere) in whole huge pages. */
-static bool commit_entries(const void *array, size_t each, uint32_t from, uint32_t to, uintptr_t huge) {
-  uintptr_t page = os_page_size(), lo = ((uintptr_t)array + from * each) & ~(page - 1);
-  uintptr_t hi = ((uintptr_t)array + to * each + page - 1) & ~(page - 1);
+/* Where the pages holding entries [0, to) of an array of per-chunk entries of `each` bytes
+ * end: past `huge` (an address, 0: nowhere) whole huge pages. */
+static uintptr_t entries_end(const void *array, size_t each, uint32_t to, uintptr_t huge) {
+  uintptr_t page = os_page_size(), hi = ((uintptr_t)array + to * each + page - 1) & ~(page - 1);
   if (huge && hi > huge) page = (uintptr_t)fm_pool.huge_chunks << FM_CHUNK_SHIFT, hi = (hi + page - 1) & ~(page - 1);
-  return os_commit((void *)lo, hi - lo);
+  return hi;
+}
+
+/* open: makes entries [from, to) accessible; else inaccessible the pages past those an opening
+ * up to `from` opened (then `from` is such an opening's `to`) that hold no entry past `to`'s
+ * (a page the table shares with what follows it stays). */
+static bool commit_entries(const void *array, size_t each, uint32_t from, uint32_t to, uintptr_t huge, bool open) {
+  uintptr_t page = os_page_size(), at = (uintptr_t)array;
+  uintptr_t lo = open ? (at + from * each) & ~(page - 1) : entries_end(array, each, from, huge);
+  uintptr_t hi = open ? entries_end(array, each, to, huge) : (at + to * each) & ~(page - 1);
+  return hi <= lo || os_protect((void *)lo, hi - lo, open);
 }
 
 /* Where an opening that must reach chunk `to` stops: 1 MiB steps, whole huge pages on them (a
@@ -433,18 +443,21 @@ static uint32_t commit_want(uint32_t to) {
   return want < H.nchunks ? want : H.nchunks;
 }
 
-/* Opens the heap's chunks [from, want) and their per-chunk tables; touches no state of H, so
- * it may run outside the heap's lock (opening what is open already changes nothing). */
-static bool commit_open(uint32_t from, uint32_t want) {
+/* Opens the heap's chunks [from, want) and their per-chunk tables, or (open false, `from` the
+ * end of what is open) closes them; touches no state of H, so an opening may run outside the
+ * heap's lock (opening what is open already changes nothing). */
+static bool commit_set(uint32_t from, uint32_t want, bool open) {
   for (unsigned s = 0; s < FM_SHADOWS; s++)
     if (fm_pool.st_bias[s] && !commit_entries((const void *)(fm_pool.st_bias[s] + (fm_pool.heap_base >> s)),
-                                              (size_t)1 << (FM_CHUNK_SHIFT - s), from, want, 0))
+                                              (size_t)1 << (FM_CHUNK_SHIFT - s), from, want, 0, open))
       return false;
-  return commit_entries(fm_pool.chunk, sizeof *fm_pool.chunk, from, want, fm_pool.huge_table) &&
-         commit_entries(H.pages, 1, from / 8, (want + 63) / 8, 0) &&
-         commit_entries(fm_pool.arenas, FM_ARENA_REC, from / FM_ARENA_CHUNKS, want / FM_ARENA_CHUNKS + 1, 0) &&
-         os_commit((void *)(fm_pool.heap_base + ((uintptr_t)from << FM_CHUNK_SHIFT)), (size_t)(want - from) << FM_CHUNK_SHIFT);
+  return commit_entries(fm_pool.chunk, sizeof *fm_pool.chunk, from, want, fm_pool.huge_table, open) &&
+         commit_entries(H.pages, 1, open ? from / 8 : (from + 63) / 8, (want + 63) / 8, 0, open) &&
+         commit_entries(fm_pool.arenas, FM_ARENA_REC, from / FM_ARENA_CHUNKS + !open, want / FM_ARENA_CHUNKS + 1, 0, open) &&
+         os_protect((void *)(fm_pool.heap_base + ((uintptr_t)from << FM_CHUNK_SHIFT)), (size_t)(want - from) << FM_CHUNK_SHIFT, open);
 }
+
+static bool commit_open(uint32_t from, uint32_t want) { return !pool_protecting() || commit_set(from, want, true); }
 
 static void commit_raise(uint32_t want) {
   if (want <= H.committed) return;
@@ -920,4 +933,24 @@ int span_check(void) {
   if (H.quarantine == 0 && used != H.used) faults++;
   fm_unlock(&H.lock);
   return faults;
+}
+
+/* ---- the pool opened ahead (fm_pool.protect unset) ---------------------------------------- */
+/* At start-up, when opening is bookkeeping: the heap and its per-chunk tables accessible whole
+ * (untouched, they take no memory), so that the heap's growth changes no mapping of the
+ * process while its threads fault pages in. */
+bool span_open_all(void) { return commit_set(0, H.nchunks, true); }
+
+/* Before the program's mlockall: what the heap has not opened made inaccessible again (after an
+ * opening in flight), so that mlockall locks what the heap uses; fm_pool.protect is set already,
+ * so every later opening calls mprotect. */
+void span_close_unopened(void) {
+  heap_lock();
+  while (H.opening) {
+    fm_unlock(&H.lock);
+    sched_yield();
+    heap_lock();
+  }
+  if (H.committed < H.nchunks) commit_set(H.committed, H.nchunks, false);
+  fm_unlock(&H.lock);
 }

@@ -57,7 +57,7 @@ static uint32_t fifo_head;            /* ... wrapping at FM_TAGS */
  * locks the inboxes of the threads there were, not of all FM_TAGS). False when the system
  * refuses: the thread runs without a tag. */
 static bool inbox_open(uint32_t i) {
-  if (!fm_pool.lazy_commit) return true;
+  if (!fm_pool.lazy_commit || !pool_protecting()) return true;
   uintptr_t page = os_page_size(), lo = (uintptr_t)(fm_pool.inbox + (size_t)i * fm_pool.inbox_n) & ~(page - 1);
   uintptr_t hi = ((uintptr_t)(fm_pool.inbox + (size_t)(i + 1) * fm_pool.inbox_n) + page - 1) & ~(page - 1);
   return os_commit((void *)lo, hi - lo);
@@ -471,8 +471,32 @@ static int64_t slot_take(void) {
   if (i >= 0) slots_used[i / 64] |= 1ull << (i % 64);
   fm_unlock(&caches_lock);
   /* opened after the lock is let go; a slot the system refuses to open stays taken */
-  if (fresh && fm_pool.lazy_commit && !os_commit(slot_cache((uint32_t)i), fm_pool.cache_bytes)) i = -1;
+  if (fresh && fm_pool.lazy_commit && pool_protecting() && !os_commit(slot_cache((uint32_t)i), fm_pool.cache_bytes)) i = -1;
   return i;
+}
+
+/* The inboxes and the cache area accessible whole at start-up (span_open_all), or, before the
+ * program's mlockall (fm_pool.protect set), inaccessible again where no tag or cache has used
+ * them. */
+static uintptr_t page_up(uintptr_t a) { return (a + os_page_size() - 1) & ~(os_page_size() - 1); }
+
+bool tcache_open_all(void) {
+  uintptr_t inbox = (uintptr_t)fm_pool.inbox, end = page_up((uintptr_t)(fm_pool.inbox + (size_t)FM_TAGS * fm_pool.inbox_n));
+  return os_commit((void *)(inbox & ~(os_page_size() - 1)), end - (inbox & ~(os_page_size() - 1))) &&
+         os_commit(slot_cache(0), (size_t)fm_pool.caches_n * fm_pool.cache_bytes);
+}
+
+void tcache_close_unopened(void) {
+  fm_lock(&tags_lock);
+  uint32_t used = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
+  uintptr_t lo = page_up((uintptr_t)(fm_pool.inbox + (size_t)used * fm_pool.inbox_n));
+  uintptr_t hi = (uintptr_t)(fm_pool.inbox + (size_t)FM_TAGS * fm_pool.inbox_n) & ~(os_page_size() - 1);   /* (what follows stays) */
+  if (hi > lo) os_protect((void *)lo, hi - lo, false);
+  fm_unlock(&tags_lock);
+  fm_lock(&caches_lock);
+  if (slots_open < fm_pool.caches_n)
+    os_protect(slot_cache(slots_open), (size_t)(fm_pool.caches_n - slots_open) * fm_pool.cache_bytes, false);
+  fm_unlock(&caches_lock);
 }
 
 /* A new cache, with empty bins and no room (it grows by demand): in the cache area while it has

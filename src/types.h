@@ -8,12 +8,14 @@
  *
  * The heap is cut into chunks of 2^FM_CHUNK_SHIFT bytes (16 KiB in every pool, so that free()
  * shifts by a constant; 128 bytes of meta a chunk, reserved for the whole pool, touched where
- * the heap is used). The reservation is inaccessible and opened (mprotect) as it is used: the
- * heap and its per-chunk tables up to the highest chunk taken, in steps of 1 MiB (span.c's
- * commit_to; whole huge pages where the heap lies on them, HUGE PAGES below), a tag's inbox
- * when a thread first takes the tag, a slot of the cache area when a thread's cache first lies
- * there, the fixed tables at start-up; so mlockall locks what the
- * heap uses, not the pool. fm_pool.chunks_open counts the chunks whose records are open: a
+ * the heap is used). The reservation is inaccessible and opened as it is used: the heap and
+ * its per-chunk tables up to the highest chunk taken, in steps of 1 MiB (span.c's commit_to;
+ * whole huge pages where the heap lies on them, HUGE PAGES below), a tag's inbox when a thread
+ * first takes the tag, a slot of the cache area when a thread's cache first lies there, the
+ * fixed tables at start-up. Until the program's mlockall (the shim's) opening is bookkeeping,
+ * those parts accessible from start-up, so the heap's growth changes no mapping; mlockall
+ * closes what is not open and openings call mprotect from then on (fm_pool.protect), so it
+ * locks what the heap uses, not the pool. fm_pool.chunks_open counts the chunks whose records are open: a
  * pointer into a chunk above is in no block, and no lookup reads its records (free()'s fast
  * path is bounded by it, the slow paths test it). Prefaulted, it is opened and populated whole
  * at start-up; under a Valgrind tool it is the tool's mapping. The meta area holds the blocks'
@@ -476,6 +478,9 @@ struct fm_pool {
   bool valgrind;             /* running under a Valgrind tool: described mode */
   bool checked;              /* checking or described mode: every call takes the slow path */
   bool lazy_commit;          /* the heap is opened as it is used (not prefaulted, not a Valgrind tool's map) */
+  bool protect;              /* lazy_commit: what is not open yet is inaccessible, opened by mprotect (strict
+                              * overcommit, RLIMIT_DATA, or since the program's mlockall); else the parts
+                              * opened as used are accessible from start-up and opening is bookkeeping */
   bool realtime;             /* the real-time profile (FLATMALLOC_PREFAULT=1): pages kept, one batch a move */
   bool native;               /* check.c's native call under memcheck is running (fm_lock) */
   bool count_lockers;        /* check.c's native calls are on: fm_lock counts in lockers */

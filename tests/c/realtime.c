@@ -26,9 +26,14 @@
  *              the resident and locked memory (realtime.sh compares them with glibc's run), then
  *              64 MiB of 1 KiB blocks: the writes into them take no page fault (the memory the
  *              heap takes later is locked, so resident, as it is taken).
- *   ahead      default settings: after a first malloc the heap is open one step beyond the step
- *              its first span lies in (the mapping holding the block, read and write, reaches
- *              more than 1 MiB past it), and no further than that (at most 3 MiB past it).
+ *   ahead      default settings, mlockall(MCL_FUTURE) first: after a first malloc the heap is
+ *              open one step beyond the step its first span lies in (the mapping holding the
+ *              block, read and write, reaches more than 1 MiB past it), and no further than
+ *              that (at most 3 MiB past it).
+ *   grow       default settings, no mlockall: 8 MiB of blocks in two threads change no mapping
+ *              of the process (/proc/self/maps reads the same; under strict overcommit, where
+ *              the heap is opened with mprotect as it grows, it changes), and every block keeps
+ *              what was written into it.
  * Needs SCHED_FIFO (root or CAP_SYS_NICE) for pi: it fails, naming it, without. */
 #include "fmtest.h"
 
@@ -387,8 +392,72 @@ static void mlock_heap(void)
 }
 
 /* ---- ahead ---- */
+/* /proc/self/maps into buf (NUL-terminated): a mapping's bounds move when part of it changes
+ * protection, as the lines' number may not. */
+static void maps_text(char *buf, size_t size)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    CHECK(f, "/proc/self/maps: %s", strerror(errno));
+    size_t n = fread(buf, 1, size - 1, f);
+    CHECK(n < size - 1, "/proc/self/maps is longer than %zu bytes", size - 1);
+    buf[n] = 0;
+    fclose(f);
+}
+
+#define AHEAD_BLOCKS 1024
+static void *grow_4m(void *arg)
+{
+    char **b = arg;
+    for (int i = 0; i < AHEAD_BLOCKS; i++) {
+        b[i] = malloc(4096);
+        CHECK(b[i], "malloc(4096)");
+        memset(b[i], i & 0xff, 4096);
+    }
+    return NULL;
+}
+
+static pthread_barrier_t grow_bar;
+static void *grow_other(void *arg)
+{
+    pthread_barrier_wait(&grow_bar);   /* its stack mapped before the count */
+    grow_4m(arg);
+    pthread_barrier_wait(&grow_bar);   /* and counted again before it is unmapped */
+    return NULL;
+}
+
+static void grow_still(void)
+{
+    static char *blocks[2][AHEAD_BLOCKS], before[1 << 16], after[1 << 16];
+    free(malloc(100));   /* the start-up's mappings, the first span's */
+    pthread_t t;
+    CHECK(!pthread_barrier_init(&grow_bar, NULL, 2), "pthread_barrier_init");
+    CHECK(!pthread_create(&t, NULL, grow_other, blocks[1]), "pthread_create");
+    maps_text(before, sizeof before);
+    pthread_barrier_wait(&grow_bar);
+    grow_4m(blocks[0]);
+    pthread_barrier_wait(&grow_bar);
+    maps_text(after, sizeof after);
+    CHECK(!pthread_join(t, NULL), "pthread_join");
+    char c = 0;
+    FILE *oc = fopen("/proc/sys/vm/overcommit_memory", "r");
+    if (oc) c = (char)fgetc(oc), fclose(oc);
+    int same = !strcmp(before, after);
+    printf("realtime grow: /proc/self/maps %s by 8 MiB of blocks in two threads (overcommit_memory %c)\n",
+           same ? "unchanged" : "changed", c);
+    if (c == '2')
+        CHECK(!same, "strict overcommit: the heap's growth opened nothing with mprotect");
+    else
+        CHECK(same, "the heap's growth changed the process's mappings:\n%s\nthen\n%s", before, after);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < AHEAD_BLOCKS; i++) {
+            CHECK(blocks[k][i][0] == (char)(i & 0xff) && blocks[k][i][4095] == (char)(i & 0xff), "block %d of thread %d", i, k);
+            free(blocks[k][i]);
+        }
+}
+
 static void open_ahead(void)
 {
+    CHECK(mlockall(MCL_FUTURE) == 0, "mlockall(MCL_FUTURE): %s", strerror(errno));
     char *p = malloc(100);
     CHECK(p, "malloc(100)");
     FILE *f = fopen("/proc/self/maps", "r");
@@ -403,13 +472,14 @@ static void open_ahead(void)
     fclose(f);
     CHECK(hi, "no mapping in /proc/self/maps holds the block %p", (void *)p);
     unsigned long past = hi - (uintptr_t)p;
-    printf("realtime ahead: the mapping %lx-%lx (%s) holding the first block reaches %lu KiB past it\n", lo, hi, perms,
-           past >> 10);
-    CHECK(!strncmp(perms, "rw", 2), "the mapping holding the first block is %s, not read and write", perms);
+    printf("realtime ahead: after mlockall the mapping %lx-%lx (%s) holding the first block reaches %lu KiB past it\n",
+           lo, hi, perms, past >> 10);
+    CHECK(!strncmp(perms, "rw", 2), "the mapping holding the block is %s, not read and write", perms);
     CHECK(past > (1ul << 20) && past <= (3ul << 20),
-          "the heap is open %lu KiB past its first block: expected more than 1 MiB (a step opened ahead) and at "
-          "most 3 MiB (opened as used)", past >> 10);
+          "the heap is open %lu KiB past its first block after mlockall: expected more than 1 MiB (a step opened "
+          "ahead) and at most 3 MiB (opened as used)", past >> 10);
     free(p);
+    CHECK(munlockall() == 0, "munlockall: %s", strerror(errno));
 }
 
 int main(int argc, char **argv)
@@ -422,6 +492,7 @@ int main(int argc, char **argv)
     else if (!strcmp(mode, "pi-control")) pi(true);
     else if (!strcmp(mode, "mlock")) mlock_heap();
     else if (!strcmp(mode, "ahead")) open_ahead();
-    else FAIL("usage: realtime [--libc] pages|work|pi|pi-control|mlock|ahead");
+    else if (!strcmp(mode, "grow")) grow_still();
+    else FAIL("usage: realtime [--libc] pages|work|pi|pi-control|mlock|ahead|grow");
     return 0;
 }

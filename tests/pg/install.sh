@@ -78,7 +78,7 @@ done
 step "library $libso, header $header, $pcfile, wrapper $wrapper"
 
 # exported names: the flatmalloc_* API beside the C allocation API
-for sym in flatmalloc_version flatmalloc_malloc flatmalloc_free malloc free; do
+for sym in flatmalloc_version flatmalloc_malloc flatmalloc_free malloc free mlockall; do
   nm -D --defined-only "$lib_real" | grep -qw "$sym" || fail "$lib_real does not export $sym"
 done
 

@@ -479,18 +479,18 @@ static int64_t slot_take(void) {
  * program's mlockall (fm_pool.protect set), inaccessible again where no tag or cache has used
  * them. */
 static uintptr_t page_up(uintptr_t a) { return (a + os_page_size() - 1) & ~(os_page_size() - 1); }
+static uintptr_t inbox_at(uint32_t tag) { return (uintptr_t)(fm_pool.inbox + (size_t)tag * fm_pool.inbox_n); }
 
 bool tcache_open_all(void) {
-  uintptr_t inbox = (uintptr_t)fm_pool.inbox, end = page_up((uintptr_t)(fm_pool.inbox + (size_t)FM_TAGS * fm_pool.inbox_n));
-  return os_commit((void *)(inbox & ~(os_page_size() - 1)), end - (inbox & ~(os_page_size() - 1))) &&
+  uintptr_t lo = inbox_at(0) & ~(os_page_size() - 1);
+  return os_commit((void *)lo, page_up(inbox_at(FM_TAGS)) - lo) &&
          os_commit(slot_cache(0), (size_t)fm_pool.caches_n * fm_pool.cache_bytes);
 }
 
 void tcache_close_unopened(void) {
   fm_lock(&tags_lock);
   uint32_t used = atomic_load_explicit(&fm_pool.tags_used, memory_order_relaxed);
-  uintptr_t lo = page_up((uintptr_t)(fm_pool.inbox + (size_t)used * fm_pool.inbox_n));
-  uintptr_t hi = (uintptr_t)(fm_pool.inbox + (size_t)FM_TAGS * fm_pool.inbox_n) & ~(os_page_size() - 1);   /* (what follows stays) */
+  uintptr_t lo = page_up(inbox_at(used)), hi = inbox_at(FM_TAGS) & ~(os_page_size() - 1);   /* (what follows stays) */
   if (hi > lo) os_protect((void *)lo, hi - lo, false);
   fm_unlock(&tags_lock);
   fm_lock(&caches_lock);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pool under RLIMIT_AS (suite 'pool').
+# The pool under RLIMIT_AS and RLIMIT_DATA (suite 'pool').
 #
 # usage: rlimit.sh PATH/TO/libflatmalloc.so [PATH/TO/aslimit]
 #
@@ -81,5 +81,23 @@ run_limited - FLATMALLOC_POOL=512M -- lower
 [ "$rc" -eq 0 ] || { fm_show "$out" stdout; fm_show "$err" stderr; fm_fail "aslimit lower exited with $rc"; }
 [ ! -s "$err" ] || { fm_show "$err" stderr; fm_fail "aslimit lower wrote to stderr"; }
 fm_ok "$(grep '^ok ' "$out")"
+
+# VmData counts private writable memory: the pool opened ahead at start-up (docs/memory.md) is
+# writable whole, unless RLIMIT_DATA refuses it, when the pool is opened as used.
+vmdata() { sed -n 's/^VmData:[[:space:]]*\([0-9]*\) kB/\1/p' "$1"; }
+fm_check "ulimit -d of 1 GiB: the pool is opened as used and the program runs"
+strict=$(cat /proc/sys/vm/overcommit_memory)
+( ulimit -d $((1 << 20)); LD_PRELOAD=$FM_SO cat /proc/self/status ) > "$out" 2> "$err" && rc=0 || rc=$?
+[ "$rc" -eq 0 ] && [ ! -s "$err" ] || { fm_show "$err" stderr; fm_fail "cat under ulimit -d exited with $rc"; }
+limited=$(vmdata "$out")
+[ -n "$limited" ] && [ "$limited" -lt $((1 << 20)) ] || fm_fail "VmData $limited kB under a 1 GiB RLIMIT_DATA"
+LD_PRELOAD=$FM_SO cat /proc/self/status > "$out"
+open=$(vmdata "$out")
+if [ "$strict" = 2 ]; then
+  [ "$open" -lt $((1 << 20)) ] || fm_fail "strict overcommit: VmData $open kB, the pool opened ahead"
+else
+  [ "$open" -gt $((limited + (1 << 20))) ] || fm_fail "no limit: VmData $open kB, the pool not opened ahead (limited: $limited kB)"
+fi
+fm_ok "VmData $limited kB under the limit, $open kB without it (overcommit_memory $strict)"
 
 echo "rlimit: all checks passed"

@@ -53,14 +53,17 @@ static pthread_mutex_t tags_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint16_t tags_fifo[FM_TAGS];   /* unused tags' indexes: fm_pool.tags_free of them from fifo_head, */
 static uint32_t fifo_head;            /* ... wrapping at FM_TAGS */
 
+/* a's page's end (a, when it starts one); tag's inbox's first slot */
+static uintptr_t page_up(uintptr_t a) { return (a + os_page_size() - 1) & ~(os_page_size() - 1); }
+static uintptr_t inbox_at(uint32_t tag) { return (uintptr_t)(fm_pool.inbox + (size_t)tag * fm_pool.inbox_n); }
+
 /* A heap opened as it is used opens a tag's inbox when the tag is first taken (mlockall then
  * locks the inboxes of the threads there were, not of all FM_TAGS). False when the system
  * refuses: the thread runs without a tag. */
 static bool inbox_open(uint32_t i) {
   if (!fm_pool.lazy_commit || !pool_protecting()) return true;
-  uintptr_t page = os_page_size(), lo = (uintptr_t)(fm_pool.inbox + (size_t)i * fm_pool.inbox_n) & ~(page - 1);
-  uintptr_t hi = ((uintptr_t)(fm_pool.inbox + (size_t)(i + 1) * fm_pool.inbox_n) + page - 1) & ~(page - 1);
-  return os_commit((void *)lo, hi - lo);
+  uintptr_t lo = inbox_at(i) & ~(os_page_size() - 1);
+  return os_commit((void *)lo, page_up(inbox_at(i + 1)) - lo);
 }
 
 /* A tag: a new one while fewer than FM_TAG_WAIT wait to be taken again, else the one that waited
@@ -478,9 +481,6 @@ static int64_t slot_take(void) {
 /* The inboxes and the cache area accessible whole at start-up (span_open_all), or, before the
  * program's mlockall (fm_pool.protect set), inaccessible again where no tag or cache has used
  * them. */
-static uintptr_t page_up(uintptr_t a) { return (a + os_page_size() - 1) & ~(os_page_size() - 1); }
-static uintptr_t inbox_at(uint32_t tag) { return (uintptr_t)(fm_pool.inbox + (size_t)tag * fm_pool.inbox_n); }
-
 bool tcache_open_all(void) {
   uintptr_t lo = inbox_at(0) & ~(os_page_size() - 1);
   return os_commit((void *)lo, page_up(inbox_at(FM_TAGS)) - lo) &&

@@ -15,14 +15,14 @@
  * fixed tables at start-up. Until the program's mlockall (the shim's) opening is bookkeeping,
  * those parts accessible from start-up, so the heap's growth changes no mapping; mlockall
  * closes what is not open and openings call mprotect from then on (fm_pool.protect), so it
- * locks what the heap uses, not the pool. fm_pool.chunks_open counts the chunks whose records are open: a
- * pointer into a chunk above is in no block, and no lookup reads its records (free()'s fast
- * path is bounded by it, the slow paths test it). Prefaulted, it is opened and populated whole
- * at start-up; under a Valgrind tool it is the tool's mapping. The meta area holds the blocks'
- * states (BLOCK STATE below) and, per chunk, a line (struct fm_line: the span and class it
- * belongs to), a run record and a bit "may hold pages"; plus the size -> class table, the owner
- * tags, the classes' shards and their transfer caches, and the cache area (thread caches, on
- * base pages: THREAD CACHE below). No allocator metadata lives in free
+ * locks what the heap uses, not the pool. fm_pool.chunks_open counts the chunks whose records
+ * are open: a pointer into a chunk above is in no block, and no lookup reads its records
+ * (free()'s fast path is bounded by it, the slow paths test it). Prefaulted, it is opened and
+ * populated whole at start-up; under a Valgrind tool it is the tool's mapping. The meta area
+ * holds the blocks' states (BLOCK STATE below) and, per chunk, a line (struct fm_line: the span
+ * and class it belongs to), a run record and a bit "may hold pages"; plus the size -> class
+ * table, the owner tags, the classes' shards and their transfer caches, and the cache area
+ * (thread caches, on base pages: THREAD CACHE below). No allocator metadata lives in free
  * memory: a stray write into a freed block can corrupt nothing but that block. No cache line of
  * meta that malloc() and free() write holds records of two spans, nor does a sector (FM_SECTOR:
  * the two cache lines a CPU fetches together) of chunk records (a chunk's line and its run
@@ -478,9 +478,10 @@ struct fm_pool {
   bool valgrind;             /* running under a Valgrind tool: described mode */
   bool checked;              /* checking or described mode: every call takes the slow path */
   bool lazy_commit;          /* the heap is opened as it is used (not prefaulted, not a Valgrind tool's map) */
-  bool protect;              /* lazy_commit: what is not open yet is inaccessible, opened by mprotect (strict
-                              * overcommit, RLIMIT_DATA, or since the program's mlockall); else the parts
-                              * opened as used are accessible from start-up and opening is bookkeeping */
+  bool protect;              /* lazy_commit: what is not open yet is inaccessible, opened by
+                              * mprotect (strict overcommit, RLIMIT_DATA, or since the program's
+                              * mlockall); else the parts opened as used are accessible from
+                              * start-up and opening is bookkeeping */
   bool realtime;             /* the real-time profile (FLATMALLOC_PREFAULT=1): pages kept, one batch a move */
   bool native;               /* check.c's native call under memcheck is running (fm_lock) */
   bool count_lockers;        /* check.c's native calls are on: fm_lock counts in lockers */
